@@ -1,0 +1,41 @@
+//! What every binary of the project shares, so that etcd, kube-apiserver and the other
+//! components log, expose metrics, terminate TLS and shut down the same way upstream's do.
+//!
+//! # Layout
+//!
+//! - [`logging`]: klog-like log lines on stderr, `-v` levels and etcd's `--log-level`.
+//! - [`metrics`]: the Prometheus registry, text exposition (format 0.0.4) and the
+//!   `process_*` collector that Go's client registers by default.
+//! - [`tls`]: PEM loading and rustls server/client configurations (ring provider).
+//! - [`shutdown`]: one cloneable shutdown signal, triggered by SIGTERM/SIGINT.
+//! - [`http`]: the HTTP/1.1 + HTTP/2 (optionally TLS) connection loop, and the
+//!   `/metrics` and health endpoints every component serves.
+//!
+//! Each module has its own error enum; [`Error`] unites them for callers that
+//! propagate any of them with `?`.
+
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod shutdown;
+pub mod tls;
+
+/// Any error this crate returns, for callers that do not care which module failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Logging could not be configured.
+    #[error(transparent)]
+    Logging(#[from] logging::Error),
+    /// Metrics could not be encoded.
+    #[error(transparent)]
+    Metrics(#[from] metrics::Error),
+    /// A certificate, key or TLS configuration was rejected.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// Signal handlers could not be installed.
+    #[error(transparent)]
+    Shutdown(#[from] shutdown::Error),
+}
+
+/// Result with this crate's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,176 @@
+//! rustls configurations built from the PEM files named by upstream's flags
+//! (`--cert-file`, `--key-file`, `--trusted-ca-file`, `--tls-cert-file`, ...).
+//!
+//! The ring provider is passed explicitly to every builder, so no process-wide
+//! default provider has to be installed and no other provider is ever linked in.
+
+mod pem;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+pub use pem::{load_certs, load_private_key, load_root_store, load_system_roots};
+
+/// Why a certificate, key or TLS configuration was rejected. Every variant
+/// about a file names it, since operators pass many of them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read or is not well-formed PEM.
+    #[error("reading {}: {source}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong reading or decoding it.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// The file holds no `CERTIFICATE` block.
+    #[error("{}: no PEM certificate found", path.display())]
+    NoCertificates {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file holds no PKCS#8, PKCS#1 or SEC1 private key block.
+    #[error("{}: no PEM private key (PKCS#8, RSA or EC) found", path.display())]
+    NoPrivateKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A CA certificate could not be used as a trust anchor.
+    #[error("{}: CA certificate rejected: {source}", path.display())]
+    BadCaCertificate {
+        /// The CA file.
+        path: PathBuf,
+        /// Why webpki rejected it.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The certificate chain and key do not form a usable pair (mismatch,
+    /// unsupported algorithm, malformed certificate).
+    #[error("certificate {} with key {}: {source}", cert.display(), key.display())]
+    KeyPair {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why rustls rejected the pair.
+        #[source]
+        source: rustls::Error,
+    },
+    /// Client certificates were required without a CA to check them against.
+    #[error("client certificate authentication requires a trusted CA file")]
+    ClientCaRequired,
+    /// The client certificate verifier could not be built from the CA file.
+    #[error("{}: cannot verify client certificates: {source}", path.display())]
+    ClientVerifier {
+        /// The CA file.
+        path: PathBuf,
+        /// Why the verifier was refused.
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// No CA file was given and no system CA bundle could be found.
+    #[error("no CA file given and no system CA bundle found (looked at {tried})")]
+    NoSystemRoots {
+        /// The paths looked at, comma-separated.
+        tried: String,
+    },
+    /// The ring provider does not support the default protocol versions.
+    #[error("TLS protocol versions: {0}")]
+    Protocol(#[source] rustls::Error),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server configuration presenting `cert_file`'s chain with `key_file`'s key.
+///
+/// With `client_ca_file`, client certificates are verified against it; they are
+/// mandatory only if `require_client_cert` (etcd's `--client-cert-auth`), so a
+/// server with a CA but without the requirement still admits anonymous clients.
+/// Requiring client certificates without a CA is a configuration error.
+/// `alpn` lists the protocols offered, most preferred first (`b"h2"`, `b"http/1.1"`).
+pub fn server_config(
+    cert_file: &Path,
+    key_file: &Path,
+    client_ca_file: Option<&Path>,
+    require_client_cert: bool,
+    alpn: &[&[u8]],
+) -> Result<Arc<ServerConfig>, Error> {
+    let certs = load_certs(cert_file)?;
+    let key = load_private_key(key_file)?;
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Protocol)?;
+    let builder = match client_ca_file {
+        Some(ca_file) => {
+            let roots = Arc::new(load_root_store(ca_file)?);
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+            if !require_client_cert {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier.build().map_err(|source| Error::ClientVerifier {
+                path: ca_file.to_owned(),
+                source,
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None if require_client_cert => return Err(Error::ClientCaRequired),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|source| Error::KeyPair {
+            cert: cert_file.to_owned(),
+            key: key_file.to_owned(),
+            source,
+        })?;
+    config.alpn_protocols = alpn_list(alpn);
+    Ok(Arc::new(config))
+}
+
+/// A client configuration trusting `ca_file` (or, without one, the system CA
+/// bundle, as Go's `crypto/tls` does), presenting `cert_and_key` = (certificate
+/// file, key file) when the server asks for a client certificate.
+pub fn client_config(
+    ca_file: Option<&Path>,
+    cert_and_key: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, Error> {
+    let roots: RootCertStore = match ca_file {
+        Some(path) => load_root_store(path)?,
+        None => load_system_roots()?,
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Protocol)?
+        .with_root_certificates(roots);
+    let mut config = match cert_and_key {
+        Some((cert_file, key_file)) => builder
+            .with_client_auth_cert(load_certs(cert_file)?, load_private_key(key_file)?)
+            .map_err(|source| Error::KeyPair {
+                cert: cert_file.to_owned(),
+                key: key_file.to_owned(),
+                source,
+            })?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn_list(alpn);
+    Ok(Arc::new(config))
+}
+
+fn alpn_list(alpn: &[&[u8]]) -> Vec<Vec<u8>> {
+    alpn.iter().map(|p| p.to_vec()).collect()
+}
+
+#[cfg(test)]
+pub(crate) mod test_certs;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! What the client, metrics and peer ports serve besides gRPC. Like etcd, the client port
+//! carries gRPC (HTTP/2) and plain HTTP/1.1 side by side: `etcdctl check datascale` reads
+//! `/metrics` from the very endpoint it writes to.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use component_base::http::{EndpointsService, HealthFormat};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper::service::Service;
+use proto::etcdserverpb::AlarmType;
+
+use crate::server::EtcdServer;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The etcd cluster version this server speaks.
+const CLUSTER_VERSION: &str = "3.4.0";
+/// How long `/health` waits for a linearizable read (etcd: one second).
+const HEALTH_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<BoxBody> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed_unsync());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r
+}
+
+fn version_json() -> String {
+    format!(r#"{{"etcdserver":"{}","etcdcluster":"{CLUSTER_VERSION}"}}"#, crate::SERVER_VERSION)
+}
+
+/// etcd's health: no alarm, a leader, and a linearizable read that completes.
+async fn check_health(server: Arc<EtcdServer>) -> Result<(), String> {
+    let alarms = server.alarms.list();
+    if let Some(a) = alarms.first() {
+        let name = AlarmType::try_from(a.alarm).map_or("UNKNOWN", |t| t.as_str_name());
+        return Err(format!("ALARM {name}"));
+    }
+    if server.node.status.leader() == raft::INVALID_ID {
+        return Err("RAFT NO LEADER".into());
+    }
+    match tokio::time::timeout(HEALTH_READ_TIMEOUT, server.linearizable_read()).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err("QGET ERROR".into()),
+    }
+}
+
+/// `/metrics`, `/health`, `/livez`, `/readyz`: what the client and metrics ports serve.
+pub fn observability_endpoints(server: &Arc<EtcdServer>) -> EndpointsService {
+    let health = server.clone();
+    let ready = server.clone();
+    component_base::http::Endpoints::new()
+        .metrics("/metrics", server.metrics.registry.clone())
+        .health("/health", HealthFormat::EtcdJson, "etcd", move |_| check_health(health.clone()))
+        .health("/livez", HealthFormat::Kubernetes, "ping", |_| async { Ok(()) })
+        .health("/readyz", HealthFormat::Kubernetes, "data_corruption", move |_| {
+            let s = ready.clone();
+            async move {
+                if s.alarms.is_active(AlarmType::Corrupt) { Err("corrupt".into()) } else { Ok(()) }
+            }
+        })
+        .into_service()
+}
+
+/// The client port: gRPC to tonic, everything else to the HTTP endpoints.
+#[derive(Clone)]
+pub struct ClientMux {
+    pub grpc: tonic::service::Routes,
+    pub http: EndpointsService,
+}
+
+impl Service<Request<Incoming>> for ClientMux {
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let is_grpc = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if is_grpc {
+            let mut grpc = self.grpc.clone();
+            return Box::pin(async move {
+                let resp = tower::Service::call(&mut grpc, req).await?;
+                Ok(resp.map(|b| b.map_err(|s| Box::new(s) as BoxError).boxed_unsync()))
+            });
+        }
+        let http = self.http.clone();
+        Box::pin(async move { Ok(plain_http(&http, req).await) })
+    }
+}
+
+async fn plain_http(endpoints: &EndpointsService, req: Request<Incoming>) -> Response<BoxBody> {
+    if req.uri().path() == "/version" {
+        return full(StatusCode::OK, "application/json", version_json());
+    }
+    endpoints
+        .respond(req.method(), req.uri())
+        .await
+        .map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+/// The peer port: membership and version, as etcd's peer handler serves them. Raft
+/// traffic between members arrives with multi-member support.
+#[derive(Clone)]
+pub struct PeerHandler {
+    pub server: Arc<EtcdServer>,
+}
+
+impl Service<Request<Incoming>> for PeerHandler {
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let server = self.server.clone();
+        Box::pin(async move {
+            Ok(match req.uri().path() {
+                "/version" => full(StatusCode::OK, "application/json", version_json()),
+                "/members" => full(StatusCode::OK, "application/json", members_json(&server)),
+                _ => full(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "404 page not found\n"),
+            })
+        })
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn members_json(server: &EtcdServer) -> String {
+    let list = |v: &[String]| v.iter().map(|s| json_str(s)).collect::<Vec<_>>().join(",");
+    let members: Vec<String> = server
+        .members
+        .list()
+        .iter()
+        .map(|m| {
+            format!(
+                r#"{{"id":"{:x}","name":{},"peerURLs":[{}],"clientURLs":[{}]}}"#,
+                m.id,
+                json_str(&m.name),
+                list(&m.peer_ur_ls),
+                list(&m.client_ur_ls)
+            )
+        })
+        .collect();
+    format!("[{}]", members.join(","))
+}

@@ -1,0 +1,393 @@
+//! etcd: a Raft key-value store that speaks the etcd v3 gRPC API, so that etcdctl,
+//! clientv3 and kube-apiserver cannot tell it from etcd.
+//!
+//! # Layout
+//!
+//! - [`config`]: flags (etcd's names and defaults) and the validated [`config::ServerConfig`].
+//! - [`backend`]: one rocksdb database; the raft log and the state machine live in separate
+//!   column families, so an apply batch can cover data and applied index atomically.
+//! - [`raftlog`]: `raft::Storage` over the raft column family.
+//! - [`node`]: the thread that owns the raft node and runs the Ready loop (group commit).
+//! - [`apply`]: committed entries → state changes, with etcd's request semantics.
+//! - [`mvcc`]: revisions, the key index, the key-value store and watchers.
+//! - [`lease`], [`alarm`], [`membership`]: the rest of the replicated state.
+//! - [`server`]: the gRPC services (KV, Watch, Lease, Cluster, Maintenance).
+//! - [`http`]: `/metrics`, `/health`, `/version` beside gRPC on the client port; the peer port.
+//! - [`snapshot`], [`compactor`], [`metrics`], [`idgen`], [`raft_logger`].
+//!
+//! A write travels: gRPC handler → [`server::EtcdServer::propose`] → node thread (propose,
+//! persist with one fsync per Ready) → [`apply`] (one backend batch per Ready) → the
+//! handler's waiter, and the events to [`mvcc::watchable`].
+
+pub mod alarm;
+pub mod apply;
+pub mod backend;
+pub mod compactor;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod idgen;
+pub mod lease;
+pub mod membership;
+pub mod metrics;
+pub mod mvcc;
+pub mod node;
+pub mod raft_logger;
+pub mod raftlog;
+pub mod server;
+pub mod snapshot;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use component_base::http::{ServeOptions, serve};
+use component_base::shutdown::Shutdown;
+use proto::etcdserverpb::{
+    cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
+    maintenance_server::MaintenanceServer, watch_server::WatchServer,
+};
+use raft::eraftpb::ConfState;
+use rocksdb::WriteBatch;
+use tokio::net::TcpListener;
+use url::Url;
+
+use crate::alarm::Alarms;
+use crate::apply::{Applier, CompactionJob};
+use crate::backend::Backend;
+use crate::config::ServerConfig;
+use crate::lease::Lessor;
+use crate::membership::{Member, Membership};
+use crate::metrics::Metrics;
+use crate::mvcc::{KvStore, WatchableStore};
+use crate::node::{META_CONSISTENT_INDEX, Node, NodeConfig, NodeHandle, NoPeers, RaftStatus};
+use crate::raftlog::RaftLog;
+use crate::server::{EtcdServer, Limits};
+
+/// The etcd version this server reports (`Status.version`, `/version`).
+pub const SERVER_VERSION: &str = "3.4.23";
+
+/// gRPC may wrap a request in this much more than `--max-request-bytes` (etcd's
+/// grpcOverheadBytes); larger messages are refused by the transport itself.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Backend(#[from] backend::BackendError),
+    #[error(transparent)]
+    Mvcc(#[from] mvcc::MvccError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] component_base::tls::Error),
+    #[error("listening on {url}: {source}")]
+    Listen {
+        url: Url,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Membership(String),
+}
+
+/// A started server: its bound addresses and the handle to stop it.
+pub struct Running {
+    pub client_addrs: Vec<SocketAddr>,
+    pub metrics_addrs: Vec<SocketAddr>,
+    pub peer_addrs: Vec<SocketAddr>,
+    pub server: Arc<EtcdServer>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Running {
+    /// Waits until every listener and background task has stopped (after `shutdown`).
+    pub async fn wait(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Opens the data dir, starts raft and every listener. Listeners bound to port 0 get a
+/// free port (see [`Running::client_addrs`]).
+pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, StartError> {
+    let db_dir = cfg.data_dir.join("member").join("db");
+    create_private_dir(&db_dir)?;
+    let backend = Arc::new(Backend::open(&db_dir)?);
+
+    let peer_urls: Vec<String> = cfg.advertise_peer_urls.iter().map(url_string).collect();
+    let local_id = membership::member_id(&peer_urls, &cfg.initial_cluster_token);
+    let members = Arc::new(match Membership::load(&backend, local_id)? {
+        Some(m) => {
+            if m.local().is_none() {
+                return Err(StartError::Membership(format!(
+                    "member {local_id:x} (from --initial-advertise-peer-urls and --initial-cluster-token) is not in the cluster stored in {}",
+                    cfg.data_dir.display()
+                )));
+            }
+            let mut own = m.local().expect("checked");
+            own.name = cfg.name.clone();
+            own.client_ur_ls = cfg.advertise_client_urls.iter().map(url_string).collect();
+            let mut batch = WriteBatch::default();
+            m.save(&backend, &mut batch, own);
+            backend.write(batch, true)?;
+            m
+        }
+        None => bootstrap(&cfg, &backend, local_id)?,
+    });
+    tracing::info!(
+        member = format!("{local_id:x}"),
+        cluster = format!("{:x}", members.cluster_id),
+        data_dir = %cfg.data_dir.display(),
+        "starting etcd member"
+    );
+
+    let applied = backend.get_meta_u64(META_CONSISTENT_INDEX)?.unwrap_or(0);
+    let raft_log = RaftLog::open(backend.clone(), applied + 1)?;
+    let (store, leased_keys) = KvStore::open(backend.clone())?;
+    let store = Arc::new(store);
+    let lessor = Arc::new(Lessor::open(&backend, cfg.min_lease_ttl())?);
+    for (key, lease) in leased_keys {
+        lessor.attach(lease, &key);
+    }
+    let alarms = Arc::new(Alarms::load(&backend)?);
+    let watchable = WatchableStore::new(store.clone(), backend.clone());
+    let metrics = Arc::new(Metrics::new(SERVER_VERSION, cfg.quota_backend_bytes));
+    metrics.register_store(backend.clone(), store.clone(), watchable.clone());
+
+    let (compact_tx, compact_rx) = std::sync::mpsc::channel::<CompactionJob>();
+    {
+        let store = store.clone();
+        std::thread::Builder::new()
+            .name("compaction".into())
+            .spawn(move || {
+                for job in compact_rx {
+                    if let Err(e) = store.physical_compact(job.at, &job.keep) {
+                        tracing::error!(revision = job.at, "compaction failed: {e}");
+                    } else {
+                        tracing::info!(revision = job.at, "finished compaction");
+                    }
+                    if let Some(done) = job.done {
+                        let _ = done.send(());
+                    }
+                }
+            })
+            .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
+    }
+    let applier = Applier {
+        backend: backend.clone(),
+        store: store.clone(),
+        lessor: lessor.clone(),
+        alarms: alarms.clone(),
+        watchable: watchable.clone(),
+        compactions: compact_tx,
+    };
+
+    let raft_cfg = raft::Config {
+        id: local_id,
+        election_tick: cfg.election_ticks(),
+        heartbeat_tick: 1,
+        applied,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 512,
+        check_quorum: true,
+        pre_vote: true,
+        ..Default::default()
+    };
+    let raw = raft::RawNode::new(&raft_cfg, raft_log, &raft_logger::logger())?;
+    let status = Arc::new(RaftStatus { id: local_id, ..Default::default() });
+    let (node_tx, node_rx) = std::sync::mpsc::channel();
+    let node = Node::new(
+        raw,
+        applier,
+        backend.clone(),
+        status.clone(),
+        metrics.clone(),
+        Box::new(NoPeers),
+        NodeConfig {
+            id: local_id,
+            tick: cfg.heartbeat,
+            election_ticks: cfg.election_ticks(),
+            snapshot_count: cfg.snapshot_count,
+            lease_extend: cfg.election_timeout,
+        },
+        applied,
+    );
+    std::thread::Builder::new()
+        .name("raft".into())
+        .spawn(move || node.run(node_rx))
+        .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
+
+    let server = Arc::new(EtcdServer::new(
+        backend,
+        store,
+        watchable.clone(),
+        lessor,
+        alarms,
+        members,
+        NodeHandle { tx: node_tx, status },
+        metrics,
+        Limits {
+            max_request_bytes: cfg.max_request_bytes,
+            max_txn_ops: cfg.max_txn_ops,
+            quota_backend_bytes: cfg.quota_backend_bytes,
+            request_timeout: cfg.request_timeout(),
+            watch_progress_notify_interval: cfg.watch_progress_notify_interval,
+        },
+    ));
+
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = vec![
+        tokio::spawn(watchable.run_sync_loop(stop_rx.clone())),
+        tokio::spawn(server::watch::run_progress_loop(server.clone(), stop_rx.clone())),
+        tokio::spawn(server::lease::run_expiry_loop(server.clone(), stop_rx.clone())),
+        tokio::spawn(compactor::run(server.clone(), cfg.auto_compaction, stop_rx.clone())),
+    ];
+    // Background loops stop when the listeners do.
+    {
+        let shutdown = shutdown.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            shutdown.wait().await;
+            let _ = stop.send(true);
+        });
+    }
+
+    let client_tls = match &cfg.client_tls {
+        Some(t) => Some(component_base::tls::server_config(
+            &t.cert,
+            &t.key,
+            t.client_cert_auth.then_some(()).and(t.trusted_ca.as_deref()),
+            t.client_cert_auth,
+            &[b"h2", b"http/1.1"],
+        )?),
+        None => None,
+    };
+    let peer_tls = match &cfg.peer_tls {
+        Some(t) => Some(component_base::tls::server_config(
+            &t.cert,
+            &t.key,
+            t.client_cert_auth.then_some(()).and(t.trusted_ca.as_deref()),
+            t.client_cert_auth,
+            &[b"h2", b"http/1.1"],
+        )?),
+        None => None,
+    };
+
+    let grpc_limit = cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let mut routes = tonic::service::Routes::builder();
+    routes
+        .add_service(
+            KvServer::new(server::kv::KvService { server: server.clone() }).max_decoding_message_size(grpc_limit),
+        )
+        .add_service(
+            WatchServer::new(server::watch::WatchService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
+        )
+        .add_service(
+            LeaseServer::new(server::lease::LeaseService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
+        )
+        .add_service(
+            ClusterServer::new(server::cluster::ClusterService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
+        )
+        .add_service(
+            MaintenanceServer::new(server::maintenance::MaintenanceService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
+        );
+    let routes = routes.routes().prepare();
+    let endpoints = http::observability_endpoints(&server);
+    let mux = http::ClientMux { grpc: routes, http: endpoints.clone() };
+    let client_opts = ServeOptions {
+        max_connections: 10_000,
+        http2_max_concurrent_streams: Some(u32::MAX),
+        ..Default::default()
+    };
+
+    let mut client_addrs = Vec::new();
+    for url in &cfg.listen_client_urls {
+        let listener = bind(url).await?;
+        client_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
+        let tls = (url.scheme() == "https").then(|| client_tls.clone()).flatten();
+        tasks.push(tokio::spawn(serve(listener, tls, mux.clone(), shutdown.clone(), client_opts.clone())));
+    }
+    let mut metrics_addrs = Vec::new();
+    for url in &cfg.listen_metrics_urls {
+        let listener = bind(url).await?;
+        metrics_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
+        let tls = (url.scheme() == "https").then(|| client_tls.clone()).flatten();
+        let svc = http::ClientMux {
+            grpc: tonic::service::Routes::default(),
+            http: endpoints.clone(),
+        };
+        tasks.push(tokio::spawn(serve(listener, tls, svc, shutdown.clone(), ServeOptions::default())));
+    }
+    let mut peer_addrs = Vec::new();
+    for url in &cfg.listen_peer_urls {
+        let listener = bind(url).await?;
+        peer_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
+        let tls = (url.scheme() == "https").then(|| peer_tls.clone()).flatten();
+        let svc = http::PeerHandler { server: server.clone() };
+        tasks.push(tokio::spawn(serve(listener, tls, svc, shutdown.clone(), ServeOptions::default())));
+    }
+    tracing::info!(client = ?client_addrs, metrics = ?metrics_addrs, peer = ?peer_addrs, "serving");
+    Ok(Running { client_addrs, metrics_addrs, peer_addrs, server, tasks, stop })
+}
+
+/// Writes the first state of a new cluster: its members and the raft configuration.
+fn bootstrap(cfg: &ServerConfig, backend: &Arc<Backend>, local_id: u64) -> Result<Membership, StartError> {
+    let members: Vec<Member> = cfg
+        .initial_cluster
+        .iter()
+        .map(|(name, urls)| {
+            let peer: Vec<String> = urls.iter().map(url_string).collect();
+            let id = membership::member_id(&peer, &cfg.initial_cluster_token);
+            let own = id == local_id;
+            Member {
+                id,
+                name: name.clone(),
+                peer_ur_ls: peer,
+                client_ur_ls: if own { cfg.advertise_client_urls.iter().map(url_string).collect() } else { Vec::new() },
+                is_learner: false,
+            }
+        })
+        .collect();
+    let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
+    let mut batch = WriteBatch::default();
+    let m = Membership::bootstrap(backend, &mut batch, local_id, members);
+    let mut log = RaftLog::open(backend.clone(), 1)?;
+    log.bootstrap(&mut batch, ConfState::from((voters, vec![])));
+    backend.write(batch, true)?;
+    Ok(m)
+}
+
+/// etcd prints URLs without a trailing slash.
+fn url_string(u: &Url) -> String {
+    u.as_str().trim_end_matches('/').to_string()
+}
+
+async fn bind(url: &Url) -> Result<TcpListener, StartError> {
+    let host = url.host_str().unwrap_or("localhost");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_or_known_default().unwrap_or(0);
+    TcpListener::bind((host, port)).await.map_err(|source| StartError::Listen { url: url.clone(), source })
+}
+
+fn create_private_dir(path: &Path) -> Result<(), StartError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|source| StartError::DataDir { path: path.to_path_buf(), source })
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Benchmark: Debian's real etcd 3.4 and ours, one after the other on this machine, each a
+# single member with a fresh data dir under the same flags:
+#   - etcdctl check perf --load=m and --load=l (writes/s, slowest request, stddev)
+#   - etcd-read-bench: linearizable and serializable Range throughput and latency
+#   - resident memory after the runs (VmRSS) and its peak (VmHWM)
+# Prints both sets of figures and the ratio ours/real. Not a test: machines are shared
+# and noisy, so compare figures from the same run only.
+#
+#   hack/bench/etcd.sh            # full run (~5 minutes)
+#   LOADS="m" READ_SECONDS=5 hack/bench/etcd.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
+LOADS="${LOADS:-m l}"
+READ_SECONDS="${READ_SECONDS:-10}"
+SCRATCH="${SCRATCH:-/var/tmp/etcd-bench}"
+HOST=127.0.0.1
+
+hack/install-deps.sh
+cargo build --release --locked -p etcd -p hack >/dev/null
+OURS="$CARGO_TARGET_DIR/release/etcd"
+READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
+REAL=/usr/bin/etcd
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+PID=""
+cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; rm -rf "$SCRATCH"; }
+trap cleanup EXIT
+
+declare -A R
+run_one() {
+  local name=$1 bin=$2
+  rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+  local cport pport
+  cport=$(free_port); pport=$(free_port)
+  "$bin" --name bench --data-dir "$SCRATCH/data" \
+    --listen-client-urls "http://$HOST:$cport" --advertise-client-urls "http://$HOST:$cport" \
+    --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
+    --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/log" 2>&1 &
+  PID=$!
+  local ep="$HOST:$cport"
+  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$ep" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  for load in $LOADS; do
+    local out
+    out=$(ETCDCTL_API=3 etcdctl --endpoints="$ep" check perf --load="$load" 2>&1 | tr '\r' '\n')
+    R[$name,$load,tput]=$(grep -oE 'Throughput (too low: |is )[0-9]+' <<<"$out" | grep -oE '[0-9]+$' || echo 0)
+    R[$name,$load,slowest]=$(grep -oE 'took( too long:)? [0-9.]+s' <<<"$out" | grep -oE '[0-9.]+' | head -1 || echo ?)
+    R[$name,$load,stddev]=$(grep -oE 'Stddev (too high: |is )[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$' || echo ?)
+    R[$name,$load,verdict]=$(tail -1 <<<"$out")
+  done
+  local lin ser
+  lin=$("$READ_BENCH" --endpoint "$ep" --duration "$READ_SECONDS")
+  ser=$("$READ_BENCH" --endpoint "$ep" --duration "$READ_SECONDS" --serializable --no-preload)
+  R[$name,lin]=$(grep -oE 'reads/s=[0-9]+' <<<"$lin" | cut -d= -f2); R[$name,lin_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$lin" | cut -d= -f2)
+  R[$name,ser]=$(grep -oE 'reads/s=[0-9]+' <<<"$ser" | cut -d= -f2); R[$name,ser_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$ser" | cut -d= -f2)
+  R[$name,rss]=$(awk '/VmRSS/ {print int($2/1024)}' /proc/$PID/status)
+  R[$name,hwm]=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$PID/status)
+  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+}
+
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
+
+echo "benchmarking real etcd ($($REAL --version | head -1)) ..." >&2
+run_one real "$REAL"
+echo "benchmarking ours ..." >&2
+run_one ours "$OURS"
+
+printf '\n%-34s %14s %14s %8s\n' "metric" "real etcd 3.4" "ours" "ours/real"
+for load in $LOADS; do
+  printf '%-34s %14s %14s %8s\n' "check perf --load=$load writes/s" "${R[real,$load,tput]}" "${R[ours,$load,tput]}" "$(ratio "${R[ours,$load,tput]}" "${R[real,$load,tput]}")"
+  printf '%-34s %14s %14s %8s\n' "  slowest request (s)" "${R[real,$load,slowest]}" "${R[ours,$load,slowest]}" "$(ratio "${R[ours,$load,slowest]}" "${R[real,$load,slowest]}")"
+  printf '%-34s %14s %14s %8s\n' "  stddev (s)" "${R[real,$load,stddev]}" "${R[ours,$load,stddev]}" "$(ratio "${R[ours,$load,stddev]}" "${R[real,$load,stddev]}")"
+  printf '%-34s %14s %14s\n' "  verdict" "${R[real,$load,verdict]}" "${R[ours,$load,verdict]}"
+done
+printf '%-34s %14s %14s %8s\n' "linearizable reads/s" "${R[real,lin]}" "${R[ours,lin]}" "$(ratio "${R[ours,lin]}" "${R[real,lin]}")"
+printf '%-34s %14s %14s %8s\n' "  p99 (ms)" "${R[real,lin_p99]}" "${R[ours,lin_p99]}" "$(ratio "${R[ours,lin_p99]}" "${R[real,lin_p99]}")"
+printf '%-34s %14s %14s %8s\n' "serializable reads/s" "${R[real,ser]}" "${R[ours,ser]}" "$(ratio "${R[ours,ser]}" "${R[real,ser]}")"
+printf '%-34s %14s %14s %8s\n' "  p99 (ms)" "${R[real,ser_p99]}" "${R[ours,ser_p99]}" "$(ratio "${R[ours,ser_p99]}" "${R[real,ser_p99]}")"
+printf '%-34s %14s %14s %8s\n' "RSS after runs (MiB)" "${R[real,rss]}" "${R[ours,rss]}" "$(ratio "${R[ours,rss]}" "${R[real,rss]}")"
+printf '%-34s %14s %14s %8s\n' "peak RSS (MiB)" "${R[real,hwm]}" "${R[ours,hwm]}" "$(ratio "${R[ours,hwm]}" "${R[real,hwm]}")"

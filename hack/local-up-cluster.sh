@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Brings up a local cluster of the components that exist so far, in the foreground, like
+# upstream's hack/local-up-cluster.sh: builds what it needs, keeps all state under
+# $LOCAL_UP_DIR, prints how to reach each component, and stops everything it started on
+# Ctrl-C or SIGTERM.
+#
+# Components today: etcd. (kube-apiserver, scheduler, controller-manager and kubelet are
+# added here as they land; the kubelet will use $LOCAL_UP_DIR/manifests.)
+#
+# Environment:
+#   LOCAL_UP_DIR      state directory (default /tmp/local-up-cluster)
+#   ETCD_HOST         address etcd listens on (default 127.0.0.1)
+#   ETCD_PORT         etcd client port (default 2379); ETCD_PEER_PORT (2380)
+#   ETCD_METRICS_PORT etcd metrics port (default 2381)
+#   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+LOCAL_UP_DIR="${LOCAL_UP_DIR:-/tmp/local-up-cluster}"
+ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
+ETCD_PORT="${ETCD_PORT:-2379}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
+ETCD_METRICS_PORT="${ETCD_METRICS_PORT:-2381}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
+BIN="$CARGO_TARGET_DIR/release"
+
+PIDS=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo
+  echo "local-up-cluster: stopping ${#PIDS[@]} component(s)"
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+hack/install-deps.sh
+echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
+cargo build --release --locked -p etcd
+
+mkdir -p "$LOCAL_UP_DIR/logs"
+
+ETCD_CLIENT_URL="http://${ETCD_HOST}:${ETCD_PORT}"
+ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
+"$BIN/etcd" \
+  --name local-up \
+  --data-dir "$LOCAL_UP_DIR/etcd" \
+  --listen-client-urls "$ETCD_CLIENT_URL" \
+  --advertise-client-urls "$ETCD_CLIENT_URL" \
+  --listen-peer-urls "$ETCD_PEER_URL" \
+  --initial-advertise-peer-urls "$ETCD_PEER_URL" \
+  --initial-cluster "local-up=$ETCD_PEER_URL" \
+  --listen-metrics-urls "http://${ETCD_HOST}:${ETCD_METRICS_PORT}" \
+  >"$LOCAL_UP_DIR/logs/etcd.log" 2>&1 &
+PIDS+=($!)
+
+for _ in $(seq 1 300); do
+  if curl -fsS "$ETCD_CLIENT_URL/health" >/dev/null 2>&1; then
+    break
+  fi
+  if ! kill -0 "${PIDS[0]}" 2>/dev/null; then
+    echo "local-up-cluster: etcd exited; see $LOCAL_UP_DIR/logs/etcd.log" >&2
+    tail -20 "$LOCAL_UP_DIR/logs/etcd.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+curl -fsS "$ETCD_CLIENT_URL/health" >/dev/null
+
+cat <<INFO
+Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
+
+  etcd      $ETCD_CLIENT_URL (metrics and health: http://${ETCD_HOST}:${ETCD_METRICS_PORT}/metrics)
+            ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URL endpoint status -w table
+
+Press Ctrl-C to stop.
+INFO
+
+# Stay in the foreground until a component exits or we are told to stop.
+wait -n "${PIDS[@]}"
+echo "local-up-cluster: a component exited; see $LOCAL_UP_DIR/logs" >&2
+exit 1

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs system packages, builds every
+# binary, then runs every test (unit, integration, e2e) with cargo-nextest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+hack/install-deps.sh
+
+# Reuse compiled dependencies across clones and CI runs: rocksdb alone takes ~15 min.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
+# One profile everywhere (tests, local cluster, benchmarks), so heavy C++ builds once.
+PROFILE=(--release)
+
+cargo build "${PROFILE[@]}" --workspace --bins --locked
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run "${PROFILE[@]}" --workspace --locked --no-fail-fast "$@"
+else
+  cargo test "${PROFILE[@]}" --workspace --locked --no-fail-fast "$@"
+fi

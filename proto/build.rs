@@ -1,0 +1,28 @@
+//! Generates the etcd v3 API types (prost) and gRPC services (tonic) from `proto/`.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded at this point; prost-build reads PROTOC.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto");
+    println!("cargo:rerun-if-changed={}", root.display());
+
+    let protos = [
+        "etcd/api/mvccpb/kv.proto",
+        "etcd/api/authpb/auth.proto",
+        "etcd/api/membershippb/membership.proto",
+        "etcd/api/etcdserverpb/etcdserver.proto",
+        "etcd/api/etcdserverpb/rpc.proto",
+        "etcd/api/etcdserverpb/raft_internal.proto",
+    ]
+    .map(|p| root.join(p));
+
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&protos, &[root])?;
+    Ok(())
+}
