@@ -20,9 +20,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]
     .map(|p| root.join(p));
 
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_protos(&protos, &[root])?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_protos(&protos, &[root])?;
     Ok(())
 }

@@ -34,9 +34,7 @@ pub struct Shutdown {
 impl Shutdown {
     /// A signal that has not fired yet.
     pub fn new() -> Self {
-        Self {
-            sender: Arc::new(watch::Sender::new(false)),
-        }
+        Self { sender: Arc::new(watch::Sender::new(false)) }
     }
 
     /// Fires the signal; idempotent.
@@ -78,10 +76,7 @@ impl Default for Shutdown {
 /// after is not lost. Must be called within a tokio runtime.
 pub fn on_signals(shutdown: Shutdown) -> Result<(), Error> {
     let install = |kind: SignalKind, name: &'static str| {
-        signal(kind).map_err(|source| Error::Signal {
-            signal: name,
-            source,
-        })
+        signal(kind).map_err(|source| Error::Signal { signal: name, source })
     };
     let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
     let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
@@ -117,10 +112,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!waiter.is_finished());
         clone.trigger();
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("waiter woke")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("waiter woke").unwrap();
         assert!(shutdown.is_triggered());
     }
 
@@ -129,9 +121,7 @@ mod tests {
         let shutdown = Shutdown::default();
         shutdown.trigger();
         shutdown.trigger();
-        tokio::time::timeout(Duration::from_secs(5), shutdown.wait())
-            .await
-            .expect("already triggered");
+        tokio::time::timeout(Duration::from_secs(5), shutdown.wait()).await.expect("already triggered");
     }
 
     #[tokio::test]

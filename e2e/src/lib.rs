@@ -170,11 +170,8 @@ impl Etcd {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("log file");
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
         let child = Command::new(&self.binary)
             .args(&self.args)
             .env_remove("ETCDCTL_API")
@@ -341,7 +338,8 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let text = String::from_utf8_lossy(&resp).to_string();
     let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    let body = if text.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&body) } else { body };
+    let body =
+        if text.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&body) } else { body };
     (status, body)
 }
 

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
 };
 
 use crate::{ClientTls, ServerTls};
@@ -48,7 +48,11 @@ impl Pki {
             cert: write("server.crt", &server_crt),
             key: write("server.key", &server_key),
             ca: ca_path.clone(),
-            client: ClientTls { ca: ca_path, cert: write("client.crt", &client_crt), key: write("client.key", &client_key) },
+            client: ClientTls {
+                ca: ca_path,
+                cert: write("client.crt", &client_crt),
+                key: write("client.key", &client_key),
+            },
         };
         Pki { dir, server }
     }

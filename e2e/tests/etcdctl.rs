@@ -46,7 +46,14 @@ fn put_get_ranges_sorting_history_and_json() {
     assert_eq!(e.etcdctl_ok(&["get", "/k/", "--prefix", "--keys-only"]), "/k/a\n\n/k/b\n\n/k/c\n\n");
     assert_eq!(e.etcdctl_ok(&["get", "/k/", "--prefix", "--limit=2", "--print-value-only"]), "4\n2\n");
     assert_eq!(
-        e.etcdctl_ok(&["get", "/k/", "--prefix", "--sort-by=MODIFY", "--order=DESCEND", "--print-value-only"]),
+        e.etcdctl_ok(&[
+            "get",
+            "/k/",
+            "--prefix",
+            "--sort-by=MODIFY",
+            "--order=DESCEND",
+            "--print-value-only"
+        ]),
         "4\n3\n2\n"
     );
     assert_eq!(e.etcdctl_ok(&["get", "/k/b", "/k/d", "--print-value-only"]), "2\n3\n", "[key, range_end)");
@@ -56,13 +63,21 @@ fn put_get_ranges_sorting_history_and_json() {
     assert_eq!(j["count"], 3);
     assert_eq!(j["more"], true);
     assert_eq!(j["header"]["revision"], 5);
-    assert!(j["header"]["cluster_id"].as_u64().unwrap() > 0 && j["header"]["member_id"].as_u64().unwrap() > 0);
+    assert!(
+        j["header"]["cluster_id"].as_u64().unwrap() > 0 && j["header"]["member_id"].as_u64().unwrap() > 0
+    );
     let kv = &j["kvs"][0];
     assert_eq!(kv["key"], b64("/k/a"));
-    assert_eq!((kv["create_revision"].as_i64(), kv["mod_revision"].as_i64(), kv["version"].as_i64()), (Some(2), Some(5), Some(2)));
+    assert_eq!(
+        (kv["create_revision"].as_i64(), kv["mod_revision"].as_i64(), kv["version"].as_i64()),
+        (Some(2), Some(5), Some(2))
+    );
 
     let err = e.etcdctl(&["get", "/k/a", "--rev=99"]);
-    assert!(String::from_utf8_lossy(&err.stderr).contains("etcdserver: mvcc: required revision is a future revision"));
+    assert!(
+        String::from_utf8_lossy(&err.stderr)
+            .contains("etcdserver: mvcc: required revision is a future revision")
+    );
 }
 
 #[test]
@@ -111,10 +126,7 @@ fn watch_replays_history_then_streams_live_events() {
     // until the event shows up.
     let lines = e2e::wait_for("a prev-kv event", LONG, Duration::from_millis(200), || {
         e.etcdctl_ok(&["put", "/w/a", "latest"]);
-        match prev.read_lines_within(5, Duration::from_millis(500)) {
-            Some(l) => Some(l.to_vec()),
-            None => None,
-        }
+        prev.read_lines_within(5, Duration::from_millis(500)).map(<[String]>::to_vec)
     });
     assert_eq!(lines[0], "PUT");
     assert_eq!(lines[1], "/w/a");
@@ -172,7 +184,10 @@ fn compaction_and_defrag() {
     }
     assert_eq!(e.etcdctl_ok(&["compaction", "15"]), "compacted revision 15\n");
     let err = e.etcdctl(&["get", "/c/k", "--rev=10"]);
-    assert!(String::from_utf8_lossy(&err.stderr).contains("etcdserver: mvcc: required revision has been compacted"));
+    assert!(
+        String::from_utf8_lossy(&err.stderr)
+            .contains("etcdserver: mvcc: required revision has been compacted")
+    );
     assert_eq!(e.etcdctl_ok(&["get", "/c/k", "--rev=15", "--print-value-only"]), "13\n");
     assert_eq!(e.etcdctl_ok(&["compaction", "--physical", "18"]), "compacted revision 18\n");
     let err = e.etcdctl(&["compaction", "16"]);
@@ -189,7 +204,18 @@ fn status_health_hashkv_alarms_members() {
     let e = etcd();
     e.etcdctl_ok(&["put", "a", "b"]);
     let table = e.etcdctl_ok(&["endpoint", "status", "-w", "table"]);
-    for col in ["ENDPOINT", "ID", "VERSION", "DB SIZE", "IS LEADER", "IS LEARNER", "RAFT TERM", "RAFT INDEX", "RAFT APPLIED INDEX", "ERRORS"] {
+    for col in [
+        "ENDPOINT",
+        "ID",
+        "VERSION",
+        "DB SIZE",
+        "IS LEADER",
+        "IS LEARNER",
+        "RAFT TERM",
+        "RAFT INDEX",
+        "RAFT APPLIED INDEX",
+        "ERRORS",
+    ] {
         assert!(table.contains(col), "{col} missing from\n{table}");
     }
     assert!(table.contains("3.4.23") && table.contains("true") && table.contains("false"), "{table}");
@@ -276,7 +302,8 @@ fn make_mirror_from_real_etcd_to_ours() {
     real.etcdctl_ok(&["put", "/elsewhere", "no"]);
     let _mirror = real.etcdctl_spawn(&["make-mirror", "--prefix", "/mm", &ours.endpoint()]);
     e2e::wait_for("the base copy", LONG, Duration::from_millis(100), || {
-        (ours.etcdctl_ok(&["get", "/mm", "--prefix", "--keys-only", "-w", "json"]).contains("\"count\":30")).then_some(())
+        (ours.etcdctl_ok(&["get", "/mm", "--prefix", "--keys-only", "-w", "json"]).contains("\"count\":30"))
+            .then_some(())
     });
     // Live updates follow through the source's watch: puts and deletes.
     real.etcdctl_ok(&["put", "/mm/new", "fresh"]);

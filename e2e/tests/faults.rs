@@ -46,13 +46,15 @@ fn json(s: &str) -> serde_json::Value {
 // ---------------------------------------------------------------------------------------
 
 const WRITERS: usize = 8;
+/// Acknowledged puts: (key, header.revision of the put's response).
+type Acked = Vec<(Vec<u8>, i64)>;
 /// Acknowledged puts to wait for (per cycle) before pulling the plug.
 const ACKS_BEFORE_KILL: usize = 400;
 
 /// Runs `WRITERS` concurrent put loops until `ACKS_BEFORE_KILL` puts are acknowledged, then
 /// kills the server while they are still writing. Returns every acknowledged (key, revision).
-fn write_until_killed(rt: &tokio::runtime::Runtime, etcd: &mut Etcd, cycle: usize) -> Vec<(Vec<u8>, i64)> {
-    let acked: Arc<Mutex<Vec<(Vec<u8>, i64)>>> = Arc::default();
+fn write_until_killed(rt: &tokio::runtime::Runtime, etcd: &mut Etcd, cycle: usize) -> Acked {
+    let acked: Arc<Mutex<Acked>> = Arc::default();
     let count = Arc::new(AtomicUsize::new(0));
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let finished = Arc::new(AtomicUsize::new(0));
@@ -62,7 +64,8 @@ fn write_until_killed(rt: &tokio::runtime::Runtime, etcd: &mut Etcd, cycle: usiz
         (0..WRITERS)
             .map(|w| {
                 let mut client = KvClient::new(ch.clone());
-                let (acked, count, errors, finished) = (acked.clone(), count.clone(), errors.clone(), finished.clone());
+                let (acked, count, errors, finished) =
+                    (acked.clone(), count.clone(), errors.clone(), finished.clone());
                 rt.spawn(async move {
                     for i in 0.. {
                         let key = format!("/dur/{cycle}/{w:02}/{i:06}").into_bytes();
@@ -84,12 +87,27 @@ fn write_until_killed(rt: &tokio::runtime::Runtime, etcd: &mut Etcd, cycle: usiz
             })
             .collect()
     };
-    wait_for(&format!("{ACKS_BEFORE_KILL} acknowledged puts"), Duration::from_secs(120), Duration::from_millis(5), || {
-        assert_eq!(finished.load(Ordering::SeqCst), 0, "writers failed before the kill: {:?}", errors.lock().unwrap());
-        (count.load(Ordering::SeqCst) >= ACKS_BEFORE_KILL).then_some(())
-    });
+    wait_for(
+        &format!("{ACKS_BEFORE_KILL} acknowledged puts"),
+        Duration::from_secs(120),
+        Duration::from_millis(5),
+        || {
+            assert_eq!(
+                finished.load(Ordering::SeqCst),
+                0,
+                "writers failed before the kill: {:?}",
+                errors.lock().unwrap()
+            );
+            (count.load(Ordering::SeqCst) >= ACKS_BEFORE_KILL).then_some(())
+        },
+    );
     // Every writer is still running: only the kill may end them.
-    assert_eq!(finished.load(Ordering::SeqCst), 0, "writers failed before the kill: {:?}", errors.lock().unwrap());
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "writers failed before the kill: {:?}",
+        errors.lock().unwrap()
+    );
     etcd.kill9();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(60), async {
@@ -108,7 +126,12 @@ fn check_durable(rt: &tokio::runtime::Runtime, etcd: &Etcd, acked: &[(Vec<u8>, i
     let resp = rt.block_on(async {
         let mut client = KvClient::new(channel(etcd)).max_decoding_message_size(256 << 20);
         client
-            .range(RangeRequest { key: b"/dur/".to_vec(), range_end: b"/dur0".to_vec(), serializable: false, ..Default::default() })
+            .range(RangeRequest {
+                key: b"/dur/".to_vec(),
+                range_end: b"/dur0".to_vec(),
+                serializable: false,
+                ..Default::default()
+            })
             .await
             .expect("range /dur/ after restart")
             .into_inner()
@@ -173,24 +196,17 @@ fn acknowledged_writes_survive_kill_9() {
 const QUOTA: u64 = 16 << 20;
 const NOSPACE: &str = "Error: etcdserver: mvcc: database space exceeded";
 
-/// etcdctl aimed at `ip:port`, without a scheme. etcdctl's maintenance commands (endpoint
-/// status/hashkv, defrag) send the endpoint as typed as the HTTP/2 `:authority`; the test
-/// `maintenance_commands_accept_endpoint_urls` covers the `http://` form, so this test
-/// stays about the quota.
-fn etcdctl_hostport(etcd: &Etcd, args: &[&str]) -> String {
-    let out = etcdctl_raw(&etcd.client_addr().to_string(), &[], args);
-    assert!(out.status.success(), "etcdctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
 fn status(etcd: &Etcd) -> serde_json::Value {
-    let out = json(&etcdctl_hostport(etcd, &["endpoint", "status", "-w", "json"]));
+    let out = json(&etcd.etcdctl_ok(&["endpoint", "status", "-w", "json"]));
     out[0]["Status"].clone()
 }
 
 #[test]
 fn quota_nospace_then_recover() {
-    let etcd = Etcd::start(EtcdOptions { extra_args: vec!["--quota-backend-bytes".into(), QUOTA.to_string()], ..Default::default() });
+    let etcd = Etcd::start(EtcdOptions {
+        extra_args: vec!["--quota-backend-bytes".into(), QUOTA.to_string()],
+        ..Default::default()
+    });
     let value = vec![b'v'; 256 << 10];
     let mut failure = None;
     let mut puts = 0;
@@ -204,7 +220,10 @@ fn quota_nospace_then_recover() {
         puts += 1;
     }
     let failure = failure.unwrap_or_else(|| {
-        panic!("128 puts of 256 KiB ({} MiB of history) under a 16 MiB quota all succeeded; status {}", 32, status(&etcd))
+        panic!(
+            "128 puts of 256 KiB (32 MiB of history) under a 16 MiB quota all succeeded; status {}",
+            status(&etcd)
+        )
     });
     assert_eq!(failure, NOSPACE, "error of the put that exceeded the quota (after {puts} puts)");
 
@@ -216,7 +235,7 @@ fn quota_nospace_then_recover() {
         errors.iter().any(|e| e.as_str().is_some_and(|s| s.contains("alarm:NOSPACE"))),
         "endpoint status errors: {st}"
     );
-    let table = etcdctl_hostport(&etcd, &["endpoint", "status", "-w", "table"]);
+    let table = etcd.etcdctl_ok(&["endpoint", "status", "-w", "table"]);
     assert!(table.contains("ERRORS") && table.contains("alarm:NOSPACE"), "endpoint status table:\n{table}");
 
     // While the alarm is active every put fails, even a tiny one; reads still work.
@@ -231,7 +250,7 @@ fn quota_nospace_then_recover() {
     let rev = st["header"]["revision"].as_i64().expect("header.revision");
     let compacted = etcd.etcdctl_ok(&["compaction", "--physical", &rev.to_string()]);
     assert_eq!(compacted.trim(), format!("compacted revision {rev}"));
-    etcdctl_hostport(&etcd, &["defrag"]);
+    etcd.etcdctl_ok(&["defrag"]);
     let size_after = status(&etcd)["dbSize"].as_i64().expect("dbSize");
     eprintln!("dbSize before compaction+defrag: {size_before}, after: {size_after} (quota {QUOTA})");
     assert!(
@@ -241,7 +260,10 @@ fn quota_nospace_then_recover() {
     etcd.etcdctl_ok(&["alarm", "disarm"]);
     assert_eq!(etcd.etcdctl_ok(&["alarm", "list"]).trim(), "", "alarms after disarm");
     let errors = status(&etcd)["errors"].clone();
-    assert!(errors.is_null() || errors.as_array().is_some_and(Vec::is_empty), "status errors after disarm: {errors}");
+    assert!(
+        errors.is_null() || errors.as_array().is_some_and(Vec::is_empty),
+        "status errors after disarm: {errors}"
+    );
 
     assert_eq!(etcd.etcdctl_ok(&["put", "small", "after"]).trim(), "OK");
     assert_eq!(etcd.etcdctl_ok(&["get", "small", "--print-value-only"]).trim(), "after");
@@ -253,7 +275,7 @@ fn quota_nospace_then_recover() {
 // 3. TLS
 // ---------------------------------------------------------------------------------------
 
-/// etcdctl against `endpoint` with exactly the given TLS flags.
+/// etcdctl against `endpoint` with exactly the given flags (TLS files, timeouts).
 fn etcdctl_raw(endpoint: &str, tls_flags: &[String], args: &[&str]) -> std::process::Output {
     Command::new(ETCDCTL)
         .env("ETCDCTL_API", "3")
@@ -299,7 +321,11 @@ fn client_tls_and_mutual_auth() {
     let timeouts = ["--dial-timeout=2s".to_string(), "--command-timeout=3s".into()];
     let ca_only = [&timeouts[..], &[format!("--cacert={}", pki.server.ca.display())]].concat();
     let out = etcdctl_raw(&endpoint, &ca_only, &["put", "a", "b"]);
-    assert!(!out.status.success(), "a put without a client certificate succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "a put without a client certificate succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // A client certificate from another CA: refused.
     let other = Pki::new(ip);
@@ -319,7 +345,8 @@ fn client_tls_and_mutual_auth() {
     let plain = format!("http://{}", etcd.client_addr());
     let out = etcdctl_raw(&plain, &timeouts, &["put", "a", "d"]);
     assert!(!out.status.success(), "a plaintext put to the TLS port succeeded");
-    let reply = raw_exchange(etcd.client_addr(), b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let reply =
+        raw_exchange(etcd.client_addr(), b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let text = String::from_utf8_lossy(&reply);
     assert!(!text.starts_with("HTTP/1.1 200"), "plain HTTP on the TLS port was served: {text}");
 
@@ -443,7 +470,10 @@ fn await_stream_end(s: &mut TcpStream) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
     loop {
-        assert!(Instant::now() < deadline, "no answer to the 4 GiB message within 10 s; frames seen: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no answer to the 4 GiB message within 10 s; frames seen: {seen:?}"
+        );
         let mut head = [0u8; 9];
         match s.read_exact(&mut head) {
             Ok(()) => {}
@@ -545,7 +575,7 @@ fn watch_at_compacted_revision_reports_it() {
 
     // From the compaction point on, the history is still there.
     let mut watch = etcd.etcdctl_spawn(&["watch", "k", "--rev=4"]);
-    let lines = watch.read_lines(9, Duration::from_secs(30)).to_vec();
+    let lines = watch.read_lines(9, Duration::from_secs(10)).to_vec();
     assert_eq!(lines, ["PUT", "k", "v2", "PUT", "k", "v3", "PUT", "k", "v4"]);
 }
 
@@ -567,7 +597,10 @@ const METRIC_NAMES: [&str; 8] = [
 /// Checks a /metrics body: the etcd metrics are there as samples and promtool parses it.
 fn check_metrics(where_: &str, body: &str) {
     let samples: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
-    assert!(samples.contains(&"etcd_server_has_leader 1"), "{where_}: no `etcd_server_has_leader 1` in:\n{body}");
+    assert!(
+        samples.contains(&"etcd_server_has_leader 1"),
+        "{where_}: no `etcd_server_has_leader 1` in:\n{body}"
+    );
     for name in METRIC_NAMES {
         assert!(
             samples.iter().any(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with([' ', '{']))),
@@ -586,7 +619,11 @@ fn check_metrics(where_: &str, body: &str) {
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // promtool 2.42: 0 = clean, 3 = lint findings only (real etcd 3.4.23 has those too:
     // gauges named *_total), 1 = the exposition does not parse.
-    assert!(matches!(out.status.code(), Some(0 | 3)), "{where_}: promtool check metrics {}:\n{report}", out.status);
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "{where_}: promtool check metrics {}:\n{report}",
+        out.status
+    );
     assert!(!report.contains("error while linting"), "{where_}: promtool:\n{report}");
 }
 

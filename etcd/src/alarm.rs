@@ -50,7 +50,7 @@ impl Alarms {
                 } else {
                     if !active.contains(&member) {
                         batch.put_cf(backend.cf(CF_META), alarm_key(&member), []);
-                        active.push(member.clone());
+                        active.push(member);
                     }
                     vec![member]
                 }

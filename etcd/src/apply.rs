@@ -15,8 +15,8 @@ use prost::Message;
 use proto::etcdserverpb::{
     AlarmResponse, AlarmType, CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest,
     DeleteRangeResponse, InternalRaftRequest, LeaseGrantResponse, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
-    TxnResponse, compare, range_request, request_op, response_op,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    compare, range_request, request_op, response_op,
 };
 use proto::mvccpb::KeyValue;
 use rocksdb::WriteBatch;
@@ -38,7 +38,10 @@ pub enum ApplyResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     /// `physical` resolves once the compacted revisions have left the backend.
-    Compaction { resp: CompactionResponse, physical: oneshot::Receiver<()> },
+    Compaction {
+        resp: CompactionResponse,
+        physical: oneshot::Receiver<()>,
+    },
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     Alarm(AlarmResponse),
@@ -226,7 +229,11 @@ fn txn_has_put(r: &TxnRequest) -> bool {
     })
 }
 
-fn put_in_txn(lessor: &Lessor, txn: &mut TxnWriter<'_, '_>, r: &PutRequest) -> Result<PutResponse, EtcdError> {
+fn put_in_txn(
+    lessor: &Lessor,
+    txn: &mut TxnWriter<'_, '_>,
+    r: &PutRequest,
+) -> Result<PutResponse, EtcdError> {
     let mut value = r.value.clone();
     let mut lease = r.lease;
     let mut prev_kv = None;
@@ -290,11 +297,8 @@ pub fn range_with(
         || r.max_create_revision != 0;
     // With sorting or filtering every key must be read before the limit applies; otherwise
     // one extra key tells whether there is more.
-    let limit = if sort_order != SortOrder::None || filtered || r.limit <= 0 {
-        0
-    } else {
-        r.limit as usize + 1
-    };
+    let limit =
+        if sort_order != SortOrder::None || filtered || r.limit <= 0 { 0 } else { r.limit as usize + 1 };
     let range = KeyRange::from_request(&r.key, &r.range_end);
     let opts = RangeOptions { rev: r.revision, limit, count_only: r.count_only };
     let result = read(&range, opts)?;
@@ -370,9 +374,12 @@ fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
     use compare::{CompareResult, CompareTarget, TargetUnion};
     let int = |v: i64| -> i64 {
         match &c.target_union {
-            Some(TargetUnion::Version(x) | TargetUnion::CreateRevision(x) | TargetUnion::ModRevision(x) | TargetUnion::Lease(x)) => {
-                v.cmp(x) as i64
-            }
+            Some(
+                TargetUnion::Version(x)
+                | TargetUnion::CreateRevision(x)
+                | TargetUnion::ModRevision(x)
+                | TargetUnion::Lease(x),
+            ) => v.cmp(x) as i64,
             _ => v.cmp(&0) as i64,
         }
     };

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, ColumnFamilyDescriptor,
-    CompactOptions, DB, DBRecoveryMode, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteOptions,
+    CompactOptions, DB, DBRecoveryMode, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions,
 };
 
 /// Raft log entries, hard state, conf state and the log's compaction point.
@@ -73,10 +72,8 @@ impl Backend {
             ColumnFamilyDescriptor::new(name, o)
         };
         let cfs = [CF_RAFT, CF_KEY, CF_LEASE, CF_META].map(cf_opts);
-        let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(|source| BackendError::Open {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let db = DB::open_cf_descriptors(&opts, dir, cfs)
+            .map_err(|source| BackendError::Open { path: dir.to_path_buf(), source })?;
         Ok(Self { db, path: dir.to_path_buf() })
     }
 
@@ -135,11 +132,8 @@ impl Backend {
     ) -> Result<()> {
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
-        let iter = self.db.iterator_cf_opt(
-            self.cf(cf),
-            ro,
-            IteratorMode::From(from, rocksdb::Direction::Forward),
-        );
+        let iter =
+            self.db.iterator_cf_opt(self.cf(cf), ro, IteratorMode::From(from, rocksdb::Direction::Forward));
         for item in iter {
             let (k, v) = item?;
             if !visit(&k, &v)? {

@@ -32,7 +32,11 @@ async fn compact(server: &EtcdServer, rev: i64) -> Result<(), EtcdError> {
     }
 }
 
-pub async fn run(server: Arc<EtcdServer>, mode: AutoCompaction, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    server: Arc<EtcdServer>,
+    mode: AutoCompaction,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     match mode {
         AutoCompaction::Off => {}
         AutoCompaction::Revision(keep) => {

@@ -187,9 +187,10 @@ impl Flags {
         } else {
             parse_urls("listen-metrics-urls", &self.listen_metrics_urls)?
         };
-        let initial_cluster_raw = self.initial_cluster.clone().unwrap_or_else(|| {
-            format!("{}={}", self.name, self.initial_advertise_peer_urls)
-        });
+        let initial_cluster_raw = self
+            .initial_cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={}", self.name, self.initial_advertise_peer_urls));
         let initial_cluster = parse_initial_cluster(&initial_cluster_raw)?;
 
         match self.initial_cluster_state.as_str() {
@@ -201,7 +202,10 @@ impl Flags {
                 ));
             }
             other => {
-                return Err(invalid("initial-cluster-state", format!("unexpected value {other:?}, want 'new' or 'existing'")));
+                return Err(invalid(
+                    "initial-cluster-state",
+                    format!("unexpected value {other:?}, want 'new' or 'existing'"),
+                ));
             }
         }
         let Some((_, own_urls)) = initial_cluster.iter().find(|(n, _)| *n == self.name) else {
@@ -253,7 +257,10 @@ impl Flags {
         let quota_backend_bytes = match self.quota_backend_bytes {
             0 => DEFAULT_QUOTA_BYTES,
             q if q > MAX_QUOTA_BYTES => {
-                return Err(invalid("quota-backend-bytes", format!("{q} exceeds the maximum {MAX_QUOTA_BYTES}")));
+                return Err(invalid(
+                    "quota-backend-bytes",
+                    format!("{q} exceeds the maximum {MAX_QUOTA_BYTES}"),
+                ));
             }
             q => q,
         };
@@ -263,7 +270,8 @@ impl Flags {
         if self.max_txn_ops == 0 {
             return Err(invalid("max-txn-ops", "must be positive"));
         }
-        let auto_compaction = parse_auto_compaction(&self.auto_compaction_mode, &self.auto_compaction_retention)?;
+        let auto_compaction =
+            parse_auto_compaction(&self.auto_compaction_mode, &self.auto_compaction_retention)?;
 
         let needs_client_tls = listen_client_urls.iter().any(|u| u.scheme() == "https");
         let client_tls = tls_files(
@@ -283,8 +291,9 @@ impl Flags {
             self.peer_client_cert_auth,
             needs_peer_tls,
         )?;
-        let watch_progress_notify_interval = parse_go_duration(&self.experimental_watch_progress_notify_interval)
-            .map_err(|e| invalid("experimental-watch-progress-notify-interval", e))?;
+        let watch_progress_notify_interval =
+            parse_go_duration(&self.experimental_watch_progress_notify_interval)
+                .map_err(|e| invalid("experimental-watch-progress-notify-interval", e))?;
         if watch_progress_notify_interval.is_zero() {
             return Err(invalid("experimental-watch-progress-notify-interval", "must be positive"));
         }
@@ -382,7 +391,9 @@ fn parse_auto_compaction(mode: &str, retention: &str) -> Result<AutoCompaction, 
             // A bare number means hours, as etcd reads it.
             let d = match retention.parse::<u64>() {
                 Ok(h) => Duration::from_secs(h * 3600),
-                Err(_) => parse_go_duration(retention).map_err(|e| invalid("auto-compaction-retention", e))?,
+                Err(_) => {
+                    parse_go_duration(retention).map_err(|e| invalid("auto-compaction-retention", e))?
+                }
             };
             if d.is_zero() { Ok(AutoCompaction::Off) } else { Ok(AutoCompaction::Periodic(d)) }
         }
@@ -395,7 +406,9 @@ fn parse_auto_compaction(mode: &str, retention: &str) -> Result<AutoCompaction, 
             }
             Ok(AutoCompaction::Revision(n))
         }
-        other => Err(invalid("auto-compaction-mode", format!("unknown mode {other:?}, want periodic or revision"))),
+        other => {
+            Err(invalid("auto-compaction-mode", format!("unknown mode {other:?}, want periodic or revision")))
+        }
     }
 }
 
@@ -456,9 +469,12 @@ mod tests {
     fn unknown_and_unimplemented_flags_are_refused() {
         assert!(Flags::try_parse_from(["etcd", "--wal-dir", "/x"]).is_err());
         let multi = flags(&[
-            "--name", "a",
-            "--initial-advertise-peer-urls", "http://127.0.0.1:1",
-            "--initial-cluster", "a=http://127.0.0.1:1,b=http://127.0.0.1:2",
+            "--name",
+            "a",
+            "--initial-advertise-peer-urls",
+            "http://127.0.0.1:1",
+            "--initial-cluster",
+            "a=http://127.0.0.1:1,b=http://127.0.0.1:2",
         ]);
         assert!(multi.into_config().unwrap_err().to_string().contains("single-member"));
         let mismatch = flags(&["--name", "a", "--initial-cluster", "a=http://127.0.0.1:9"]);
@@ -478,7 +494,10 @@ mod tests {
         assert_eq!(parse_go_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_go_duration("250ms").unwrap(), Duration::from_millis(250));
         assert!(parse_go_duration("5x").is_err());
-        assert_eq!(parse_auto_compaction("periodic", "2").unwrap(), AutoCompaction::Periodic(Duration::from_secs(7200)));
+        assert_eq!(
+            parse_auto_compaction("periodic", "2").unwrap(),
+            AutoCompaction::Periodic(Duration::from_secs(7200))
+        );
         assert_eq!(parse_auto_compaction("revision", "1000").unwrap(), AutoCompaction::Revision(1000));
         assert!(parse_auto_compaction("weekly", "1").is_err());
     }

@@ -63,9 +63,7 @@ pub fn observability_endpoints(server: &Arc<EtcdServer>) -> EndpointsService {
         .health("/livez", HealthFormat::Kubernetes, "ping", |_| async { Ok(()) })
         .health("/readyz", HealthFormat::Kubernetes, "data_corruption", move |_| {
             let s = ready.clone();
-            async move {
-                if s.alarms.is_active(AlarmType::Corrupt) { Err("corrupt".into()) } else { Ok(()) }
-            }
+            async move { if s.alarms.is_active(AlarmType::Corrupt) { Err("corrupt".into()) } else { Ok(()) } }
         })
         .into_service()
 }
@@ -90,7 +88,8 @@ impl Service<Request<Incoming>> for ClientMux {
         if is_grpc {
             let mut grpc = self.grpc.clone();
             return Box::pin(async move {
-                let resp = tower::Service::call(&mut grpc, req).await?;
+                let mut resp = tower::Service::call(&mut grpc, req).await?;
+                grpc_message_limit_status(resp.headers_mut());
                 Ok(resp.map(|b| b.map_err(|s| Box::new(s) as BoxError).boxed_unsync()))
             });
         }
@@ -99,14 +98,64 @@ impl Service<Request<Incoming>> for ClientMux {
     }
 }
 
+/// A request over the gRPC message limit is refused by tonic with OutOfRange; grpc-go (and
+/// so etcd) answers ResourceExhausted with its own wording, which clients match on. Rewrites
+/// the trailers-only response tonic sends for a unary call.
+fn grpc_message_limit_status(headers: &mut http::HeaderMap) {
+    const TONIC_PREFIX: &str = "Error, decoded message length too large: found ";
+    let out_of_range = headers.get("grpc-status").is_some_and(|v| v == "11");
+    if !out_of_range {
+        return;
+    }
+    let Some(msg) = headers.get("grpc-message").and_then(|v| v.to_str().ok()) else { return };
+    let msg = percent_decode(msg);
+    let Some(rest) = msg.strip_prefix(TONIC_PREFIX) else { return };
+    // "<found> bytes, the limit is: <limit> bytes"
+    let numbers: Vec<&str> = rest.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).collect();
+    let [found, limit] = numbers[..] else { return };
+    let text = format!("grpc: received message larger than max ({found} vs. {limit})");
+    headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+    if let Ok(v) = http::HeaderValue::from_str(&percent_encode(&text)) {
+        headers.insert("grpc-message", v);
+    }
+}
+
+/// gRPC's percent-encoding of grpc-message: bytes outside printable ASCII and `%`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 async fn plain_http(endpoints: &EndpointsService, req: Request<Incoming>) -> Response<BoxBody> {
     if req.uri().path() == "/version" {
         return full(StatusCode::OK, "application/json", version_json());
     }
-    endpoints
-        .respond(req.method(), req.uri())
-        .await
-        .map(|b| b.map_err(|never| match never {}).boxed_unsync())
+    endpoints.respond(req.method(), req.uri()).await.map(|b| b.map_err(|never| match never {}).boxed_unsync())
 }
 
 /// The peer port: membership and version, as etcd's peer handler serves them. Raft
@@ -165,4 +214,32 @@ fn members_json(server: &EtcdServer) -> String {
         })
         .collect();
     format!("[{}]", members.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_messages_are_reported_as_grpc_go_does() {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-status", http::HeaderValue::from_static("11"));
+        h.insert(
+            "grpc-message",
+            http::HeaderValue::from_static(
+                "Error, decoded message length too large: found 3145739 bytes, the limit is: 2097152 bytes",
+            ),
+        );
+        grpc_message_limit_status(&mut h);
+        assert_eq!(h["grpc-status"], "8");
+        assert_eq!(h["grpc-message"], "grpc: received message larger than max (3145739 vs. 2097152)");
+        let mut other = http::HeaderMap::new();
+        other.insert("grpc-status", http::HeaderValue::from_static("11"));
+        other.insert(
+            "grpc-message",
+            http::HeaderValue::from_static("etcdserver: mvcc: required revision is a future revision"),
+        );
+        grpc_message_limit_status(&mut other);
+        assert_eq!(other["grpc-status"], "11");
+    }
 }

@@ -72,7 +72,13 @@ impl Lessor {
     }
 
     /// Applies a grant. Returns the TTL actually granted.
-    pub fn grant(&self, backend: &Backend, batch: &mut WriteBatch, id: i64, ttl: i64) -> Result<i64, EtcdError> {
+    pub fn grant(
+        &self,
+        backend: &Backend,
+        batch: &mut WriteBatch,
+        id: i64,
+        ttl: i64,
+    ) -> Result<i64, EtcdError> {
         if ttl > MAX_LEASE_TTL {
             return Err(EtcdError::LeaseTtlTooLarge);
         }
@@ -88,7 +94,12 @@ impl Lessor {
     }
 
     /// Applies a revocation: forgets the lease and returns the keys the caller must delete.
-    pub fn revoke(&self, backend: &Backend, batch: &mut WriteBatch, id: i64) -> Result<Vec<Vec<u8>>, EtcdError> {
+    pub fn revoke(
+        &self,
+        backend: &Backend,
+        batch: &mut WriteBatch,
+        id: i64,
+    ) -> Result<Vec<Vec<u8>>, EtcdError> {
         let mut st = self.state.lock();
         let lease = st.leases.remove(&id).ok_or(EtcdError::LeaseNotFound)?;
         for k in &lease.keys {
@@ -141,11 +152,7 @@ impl Lessor {
             Some(e) => e.saturating_duration_since(Instant::now()).as_secs() as i64,
             None => lease.ttl,
         };
-        Some(LeaseStatus {
-            granted_ttl: lease.ttl,
-            remaining,
-            keys: lease.keys.iter().cloned().collect(),
-        })
+        Some(LeaseStatus { granted_ttl: lease.ttl, remaining, keys: lease.keys.iter().cloned().collect() })
     }
 
     pub fn ids(&self) -> Vec<i64> {

@@ -60,7 +60,7 @@ use crate::lease::Lessor;
 use crate::membership::{Member, Membership};
 use crate::metrics::Metrics;
 use crate::mvcc::{KvStore, WatchableStore};
-use crate::node::{META_CONSISTENT_INDEX, Node, NodeConfig, NodeHandle, NoPeers, RaftStatus};
+use crate::node::{META_CONSISTENT_INDEX, NoPeers, Node, NodeConfig, NodeHandle, RaftStatus};
 use crate::raftlog::RaftLog;
 use crate::server::{EtcdServer, Limits};
 
@@ -209,7 +209,6 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     let node = Node::new(
         raw,
         applier,
-        backend.clone(),
         status.clone(),
         metrics.clone(),
         Box::new(NoPeers),
@@ -219,8 +218,8 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
             election_ticks: cfg.election_ticks(),
             snapshot_count: cfg.snapshot_count,
             lease_extend: cfg.election_timeout,
+            applied,
         },
-        applied,
     );
     std::thread::Builder::new()
         .name("raft".into())
@@ -262,32 +261,15 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         });
     }
 
-    let client_tls = match &cfg.client_tls {
-        Some(t) => Some(component_base::tls::server_config(
-            &t.cert,
-            &t.key,
-            t.client_cert_auth.then_some(()).and(t.trusted_ca.as_deref()),
-            t.client_cert_auth,
-            &[b"h2", b"http/1.1"],
-        )?),
-        None => None,
-    };
-    let peer_tls = match &cfg.peer_tls {
-        Some(t) => Some(component_base::tls::server_config(
-            &t.cert,
-            &t.key,
-            t.client_cert_auth.then_some(()).and(t.trusted_ca.as_deref()),
-            t.client_cert_auth,
-            &[b"h2", b"http/1.1"],
-        )?),
-        None => None,
-    };
+    let client_tls = server_tls(cfg.client_tls.as_ref())?;
+    let peer_tls = server_tls(cfg.peer_tls.as_ref())?;
 
     let grpc_limit = cfg.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let mut routes = tonic::service::Routes::builder();
     routes
         .add_service(
-            KvServer::new(server::kv::KvService { server: server.clone() }).max_decoding_message_size(grpc_limit),
+            KvServer::new(server::kv::KvService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
         )
         .add_service(
             WatchServer::new(server::watch::WatchService { server: server.clone() })
@@ -311,37 +293,74 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     let client_opts = ServeOptions {
         max_connections: 10_000,
         http2_max_concurrent_streams: Some(u32::MAX),
+        // etcdctl 3.4 sends `:authority: http://host:port` for per-endpoint
+        // calls (endpoint status/hashkv, defrag); real etcd accepts it.
+        lenient_h2_authority: true,
         ..Default::default()
     };
 
-    let mut client_addrs = Vec::new();
-    for url in &cfg.listen_client_urls {
-        let listener = bind(url).await?;
-        client_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
-        let tls = (url.scheme() == "https").then(|| client_tls.clone()).flatten();
-        tasks.push(tokio::spawn(serve(listener, tls, mux.clone(), shutdown.clone(), client_opts.clone())));
-    }
-    let mut metrics_addrs = Vec::new();
-    for url in &cfg.listen_metrics_urls {
-        let listener = bind(url).await?;
-        metrics_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
-        let tls = (url.scheme() == "https").then(|| client_tls.clone()).flatten();
-        let svc = http::ClientMux {
-            grpc: tonic::service::Routes::default(),
-            http: endpoints.clone(),
-        };
-        tasks.push(tokio::spawn(serve(listener, tls, svc, shutdown.clone(), ServeOptions::default())));
-    }
-    let mut peer_addrs = Vec::new();
-    for url in &cfg.listen_peer_urls {
-        let listener = bind(url).await?;
-        peer_addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
-        let tls = (url.scheme() == "https").then(|| peer_tls.clone()).flatten();
-        let svc = http::PeerHandler { server: server.clone() };
-        tasks.push(tokio::spawn(serve(listener, tls, svc, shutdown.clone(), ServeOptions::default())));
-    }
+    let client_addrs =
+        listen(&cfg.listen_client_urls, &client_tls, mux, client_opts, &shutdown, &mut tasks).await?;
+    let metrics_only = http::ClientMux { grpc: tonic::service::Routes::default(), http: endpoints };
+    let metrics_addrs = listen(
+        &cfg.listen_metrics_urls,
+        &client_tls,
+        metrics_only,
+        ServeOptions::default(),
+        &shutdown,
+        &mut tasks,
+    )
+    .await?;
+    let peer = http::PeerHandler { server: server.clone() };
+    let peer_addrs =
+        listen(&cfg.listen_peer_urls, &peer_tls, peer, ServeOptions::default(), &shutdown, &mut tasks)
+            .await?;
     tracing::info!(client = ?client_addrs, metrics = ?metrics_addrs, peer = ?peer_addrs, "serving");
     Ok(Running { client_addrs, metrics_addrs, peer_addrs, server, tasks, stop })
+}
+
+/// The TLS configuration of a listener (h2 for gRPC, HTTP/1.1 for the rest); client
+/// certificates are verified only with `--client-cert-auth`, as etcd does.
+fn server_tls(files: Option<&config::TlsFiles>) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
+    let Some(t) = files else { return Ok(None) };
+    let ca = if t.client_cert_auth { t.trusted_ca.as_deref() } else { None };
+    Ok(Some(component_base::tls::server_config(
+        &t.cert,
+        &t.key,
+        ca,
+        t.client_cert_auth,
+        &[b"h2", b"http/1.1"],
+    )?))
+}
+
+/// Serves `svc` on every URL (TLS on https ones); returns the bound addresses.
+async fn listen<S, B>(
+    urls: &[Url],
+    tls: &Option<Arc<rustls::ServerConfig>>,
+    svc: S,
+    opts: ServeOptions,
+    shutdown: &Shutdown,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<Vec<SocketAddr>, StartError>
+where
+    S: hyper::service::Service<::http::Request<hyper::body::Incoming>, Response = ::http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut addrs = Vec::new();
+    for url in urls {
+        let listener = bind(url).await?;
+        addrs.push(listener.local_addr().map_err(|source| StartError::Listen { url: url.clone(), source })?);
+        let tls = if url.scheme() == "https" { tls.clone() } else { None };
+        tasks.push(tokio::spawn(serve(listener, tls, svc.clone(), shutdown.clone(), opts.clone())));
+    }
+    Ok(addrs)
 }
 
 /// Writes the first state of a new cluster: its members and the raft configuration.
@@ -357,7 +376,11 @@ fn bootstrap(cfg: &ServerConfig, backend: &Arc<Backend>, local_id: u64) -> Resul
                 id,
                 name: name.clone(),
                 peer_ur_ls: peer,
-                client_ur_ls: if own { cfg.advertise_client_urls.iter().map(url_string).collect() } else { Vec::new() },
+                client_ur_ls: if own {
+                    cfg.advertise_client_urls.iter().map(url_string).collect()
+                } else {
+                    Vec::new()
+                },
                 is_learner: false,
             }
         })

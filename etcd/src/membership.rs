@@ -59,8 +59,7 @@ impl Membership {
             if !k.starts_with(META_MEMBER_PREFIX) {
                 return Ok(false);
             }
-            let m = Member::decode(v)
-                .map_err(|e| BackendError::Corrupt(format!("member record: {e}")))?;
+            let m = Member::decode(v).map_err(|e| BackendError::Corrupt(format!("member record: {e}")))?;
             members.insert(m.id, m);
             Ok(true)
         })?;

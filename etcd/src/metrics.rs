@@ -46,22 +46,62 @@ impl Metrics {
             backend_commit: disk_buckets(),
         };
         let r = &m.registry;
-        r.register("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not", m.has_leader.clone());
-        r.register("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise", m.is_leader.clone());
+        r.register(
+            "etcd_server_has_leader",
+            "Whether or not a leader exists. 1 is existence, 0 is not",
+            m.has_leader.clone(),
+        );
+        r.register(
+            "etcd_server_is_leader",
+            "Whether or not this member is a leader. 1 if is, 0 otherwise",
+            m.is_leader.clone(),
+        );
         // Counters get their `_total` suffix from the encoder.
-        r.register("etcd_server_leader_changes_seen", "The number of leader changes seen", m.leader_changes.clone());
-        r.register("etcd_server_proposals_committed_total", "The total number of consensus proposals committed", m.proposals_committed.clone());
-        r.register("etcd_server_proposals_applied_total", "The total number of consensus proposals applied", m.proposals_applied.clone());
-        r.register("etcd_server_proposals_pending", "The current number of pending proposals to commit", m.proposals_pending.clone());
-        r.register("etcd_server_proposals_failed", "The total number of failed proposals seen", m.proposals_failed.clone());
-        r.register("etcd_disk_wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL", m.wal_fsync.clone());
-        r.register("etcd_disk_backend_commit_duration_seconds", "The latency distributions of commit called by backend", m.backend_commit.clone());
+        r.register(
+            "etcd_server_leader_changes_seen",
+            "The number of leader changes seen",
+            m.leader_changes.clone(),
+        );
+        r.register(
+            "etcd_server_proposals_committed_total",
+            "The total number of consensus proposals committed",
+            m.proposals_committed.clone(),
+        );
+        r.register(
+            "etcd_server_proposals_applied_total",
+            "The total number of consensus proposals applied",
+            m.proposals_applied.clone(),
+        );
+        r.register(
+            "etcd_server_proposals_pending",
+            "The current number of pending proposals to commit",
+            m.proposals_pending.clone(),
+        );
+        r.register(
+            "etcd_server_proposals_failed",
+            "The total number of failed proposals seen",
+            m.proposals_failed.clone(),
+        );
+        r.register(
+            "etcd_disk_wal_fsync_duration_seconds",
+            "The latency distributions of fsync called by WAL",
+            m.wal_fsync.clone(),
+        );
+        r.register(
+            "etcd_disk_backend_commit_duration_seconds",
+            "The latency distributions of commit called by backend",
+            m.backend_commit.clone(),
+        );
         let quota: Gauge = Gauge::default();
         quota.set(quota_bytes as i64);
         r.register("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes", quota);
         let versions: Family<Vec<(String, String)>, Gauge> = Family::default();
         versions.get_or_create(&vec![("server_version".to_string(), version.to_string())]).set(1);
-        r.register("etcd_server_version", "Which version is running. 1 for 'server_version' label with current version", versions);
+        r.register(
+            "etcd_server_version",
+            "Which version is running. 1 for 'server_version' label with current version",
+            versions,
+        );
         m
     }
 
@@ -87,12 +127,28 @@ impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let (synced, unsynced) = self.watchable.counts();
         let gauges: [(&str, &str, i64); 6] = [
-            ("etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes", self.backend.size() as i64),
-            ("etcd_mvcc_db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes", self.backend.size_in_use() as i64),
+            (
+                "etcd_mvcc_db_total_size_in_bytes",
+                "Total size of the underlying database physically allocated in bytes",
+                self.backend.size() as i64,
+            ),
+            (
+                "etcd_mvcc_db_total_size_in_use_in_bytes",
+                "Total size of the underlying database logically in use in bytes",
+                self.backend.size_in_use() as i64,
+            ),
             ("etcd_debugging_mvcc_keys_total", "Total number of keys", self.store.index_len() as i64),
-            ("etcd_debugging_mvcc_current_revision", "The current revision of store", self.store.current_rev()),
+            (
+                "etcd_debugging_mvcc_current_revision",
+                "The current revision of store",
+                self.store.current_rev(),
+            ),
             ("etcd_debugging_mvcc_watcher_total", "Total number of watchers", (synced + unsynced) as i64),
-            ("etcd_debugging_mvcc_slow_watcher_total", "Total number of unsynced slow watchers", unsynced as i64),
+            (
+                "etcd_debugging_mvcc_slow_watcher_total",
+                "Total number of unsynced slow watchers",
+                unsynced as i64,
+            ),
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(v);

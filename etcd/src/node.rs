@@ -15,7 +15,7 @@ use raft::{RawNode, StateRole};
 use rocksdb::WriteBatch;
 use tokio::sync::oneshot;
 
-use crate::apply::{ApplyResult, Applier};
+use crate::apply::{Applier, ApplyResult};
 use crate::backend::Backend;
 use crate::error::EtcdError;
 use crate::metrics::Metrics;
@@ -36,7 +36,7 @@ pub enum NodeMsg {
     Propose { id: u64, data: Vec<u8>, done: oneshot::Sender<ApplyResult> },
     /// Resolve once this member has applied everything committed when the request arrived
     /// and a quorum confirmed its leadership (ReadIndex).
-    ReadIndex { done: oneshot::Sender<Result<(), EtcdError>> },
+    ReadIndex { done: ReadWaiter },
     /// A raft message from a peer.
     Raft(Box<Message>),
 }
@@ -84,13 +84,18 @@ pub struct NodeConfig {
     pub snapshot_count: u64,
     /// Added to every lease's TTL when this member becomes leader.
     pub lease_extend: Duration,
+    /// The raft index the stored state machine has applied.
+    pub applied: u64,
 }
+
+/// A client waiting for a linearizable read to be allowed.
+type ReadWaiter = oneshot::Sender<Result<(), EtcdError>>;
 
 /// A batch of linearizable reads waiting on one ReadIndex request.
 struct ReadBatch {
     ctx: Vec<u8>,
     issued: Instant,
-    waiters: Vec<oneshot::Sender<Result<(), EtcdError>>>,
+    waiters: Vec<ReadWaiter>,
 }
 
 pub struct Node {
@@ -106,11 +111,11 @@ pub struct Node {
     /// Proposals made while no leader was known, proposed again once one is.
     pending: Vec<(u64, Vec<u8>)>,
     /// Reads not yet sent to raft.
-    reads_queued: Vec<oneshot::Sender<Result<(), EtcdError>>>,
+    reads_queued: Vec<ReadWaiter>,
     /// The ReadIndex request in flight.
     read_in_flight: Option<ReadBatch>,
     /// Reads whose index is known, waiting for apply to reach it.
-    reads_waiting_apply: Vec<(u64, Vec<oneshot::Sender<Result<(), EtcdError>>>)>,
+    reads_waiting_apply: Vec<(u64, Vec<ReadWaiter>)>,
     read_ctx_seq: u64,
     applied: u64,
     last_log_compaction: u64,
@@ -120,18 +125,17 @@ impl Node {
     pub fn new(
         raw: RawNode<RaftLog>,
         applier: Applier,
-        backend: Arc<Backend>,
         status: Arc<RaftStatus>,
         metrics: Arc<Metrics>,
         transport: Box<dyn Transport>,
         cfg: NodeConfig,
-        applied: u64,
     ) -> Self {
+        let applied = cfg.applied;
         status.applied.store(applied, Ordering::Release);
         Self {
             raw,
+            backend: applier.backend.clone(),
             applier,
-            backend,
             status,
             metrics,
             transport,
@@ -428,7 +432,9 @@ impl Node {
         let Some(upto) = self.applied.checked_sub(CATCH_UP_ENTRIES) else { return Ok(()) };
         let mut batch = WriteBatch::default();
         self.raw.mut_store().compact(&mut batch, upto).map_err(|e| format!("compacting raft log: {e}"))?;
-        self.backend.write(batch, false).map_err(|e| format!("compacting raft log: {e}"))?;
+        // Synced: entries may only leave the log once the applied state they produced is
+        // durable, and a synced write makes every earlier (unsynced) apply write durable.
+        self.backend.write(batch, true).map_err(|e| format!("compacting raft log: {e}"))?;
         tracing::info!(compacted_to = upto, "compacted raft log");
         Ok(())
     }

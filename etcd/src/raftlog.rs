@@ -268,6 +268,7 @@ impl raft::Storage for RaftLog {
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
     use raft::Storage;
@@ -308,8 +309,8 @@ mod tests {
         assert_eq!(log.term(2).unwrap(), 1);
 
         let reopened = RaftLog::open(backend, 4).unwrap();
-        assert_eq!(reopened.first_index().unwrap(), 3);
-        assert_eq!(reopened.last_index().unwrap(), 4);
+        assert_eq!(raft::Storage::first_index(&reopened).unwrap(), 3);
+        assert_eq!(raft::Storage::last_index(&reopened).unwrap(), 4);
         assert_eq!(reopened.hard_state().term, 2);
         let ents = reopened.entries(3, 5, None, GetEntriesContext::empty(false)).unwrap();
         assert_eq!(ents.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>(), vec![(3, 2), (4, 2)]);

@@ -28,13 +28,20 @@ fn record_header(cf: u8, key: &[u8], value: &[u8]) -> [u8; 9] {
     h
 }
 
+/// Receives (column family id, key, value) for every record.
+type RecordVisitor<'a> = dyn FnMut(u8, &[u8], &[u8]) -> io::Result<()> + 'a;
+
 /// Writes a consistent snapshot of `backend` to `sink` in chunks; returns the total size.
 /// The sink is told the total size up front (`sink(total, chunk)`), so the stream can say
 /// how many bytes remain; the data is read twice from one rocksdb snapshot for that.
-pub fn write(backend: &Backend, mut sink: impl FnMut(u64, &[u8]) -> io::Result<()>, chunk: usize) -> io::Result<u64> {
+pub fn write(
+    backend: &Backend,
+    mut sink: impl FnMut(u64, &[u8]) -> io::Result<()>,
+    chunk: usize,
+) -> io::Result<u64> {
     let db = backend.db();
     let snap = db.snapshot();
-    let iterate = |f: &mut dyn FnMut(u8, &[u8], &[u8]) -> io::Result<()>| -> io::Result<()> {
+    let iterate = |f: &mut RecordVisitor<'_>| -> io::Result<()> {
         for (id, cf) in FAMILIES {
             let mut ro = ReadOptions::default();
             ro.set_snapshot(&snap);
@@ -123,7 +130,11 @@ pub fn read(mut r: impl Read) -> io::Result<Vec<Record>> {
         let h = body.get(p..p + 9).ok_or_else(|| bad("truncated record"))?;
         let klen = u32::from_be_bytes(h[1..5].try_into().expect("4")) as usize;
         let vlen = u32::from_be_bytes(h[5..9].try_into().expect("4")) as usize;
-        let cf = FAMILIES.iter().find(|(i, _)| *i == id).map(|(_, n)| *n).ok_or_else(|| bad("unknown column family"))?;
+        let cf = FAMILIES
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, n)| *n)
+            .ok_or_else(|| bad("unknown column family"))?;
         let k = body.get(p + 9..p + 9 + klen).ok_or_else(|| bad("truncated key"))?;
         let v = body.get(p + 9 + klen..p + 9 + klen + vlen).ok_or_else(|| bad("truncated value"))?;
         out.push(Record { cf, key: k.to_vec(), value: v.to_vec() });
@@ -147,11 +158,15 @@ mod tests {
 
         let mut out = Vec::new();
         let mut totals = Vec::new();
-        let total = write(&backend, |t, c| {
-            totals.push(t);
-            out.extend_from_slice(c);
-            Ok(())
-        }, 1000)
+        let total = write(
+            &backend,
+            |t, c| {
+                totals.push(t);
+                out.extend_from_slice(c);
+                Ok(())
+            },
+            1000,
+        )
         .unwrap();
         assert_eq!(total as usize, out.len());
         assert!(totals.iter().all(|t| *t == total));

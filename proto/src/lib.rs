@@ -38,10 +38,7 @@ mod tests {
 
     #[test]
     fn range_request_wire_format() {
-        let req = RangeRequest {
-            key: b"a".to_vec(),
-            ..Default::default()
-        };
+        let req = RangeRequest { key: b"a".to_vec(), ..Default::default() };
         let bytes = req.encode_to_vec();
         assert_eq!(bytes, [0x0a, 0x01, b'a']);
         assert_eq!(RangeRequest::decode(bytes.as_slice()).unwrap(), req);
@@ -56,30 +53,19 @@ mod tests {
             ..Default::default()
         };
         let bytes = req.encode_to_vec();
-        assert_eq!(
-            bytes,
-            [
-                0x0a, 0x01, b'a', 0x12, 0x01, b'b', 0x18, 0x01, 0x28, 0x02, 0x30, 0x03
-            ]
-        );
+        assert_eq!(bytes, [0x0a, 0x01, b'a', 0x12, 0x01, b'b', 0x18, 0x01, 0x28, 0x02, 0x30, 0x03]);
         assert_eq!(RangeRequest::decode(bytes.as_slice()).unwrap(), req);
     }
 
     #[test]
     fn put_request_lease_tag() {
-        let req = PutRequest {
-            lease: 5,
-            ..Default::default()
-        };
+        let req = PutRequest { lease: 5, ..Default::default() };
         assert_eq!(req.encode_to_vec(), [0x18, 0x05]);
     }
 
     #[test]
     fn compare_range_end_is_field_64() {
-        let cmp = Compare {
-            range_end: b"z".to_vec(),
-            ..Default::default()
-        };
+        let cmp = Compare { range_end: b"z".to_vec(), ..Default::default() };
         // Field 64, wire type 2 -> varint (64 << 3 | 2) = 514 = [0x82, 0x04].
         assert_eq!(cmp.encode_to_vec(), [0x82, 0x04, 0x01, b'z']);
     }
@@ -87,13 +73,11 @@ mod tests {
     #[test]
     fn watch_create_request_wire_format() {
         let req = WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(
-                WatchCreateRequest {
-                    key: b"k".to_vec(),
-                    prev_kv: true,
-                    ..Default::default()
-                },
-            )),
+            request_union: Some(watch_request::RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"k".to_vec(),
+                prev_kv: true,
+                ..Default::default()
+            })),
         };
         let bytes = req.encode_to_vec();
         // create_request = 1 (0x0a), length 5: key = 1 (0x0a 0x01 'k'), prev_kv = 6 (0x30 0x01).
@@ -112,10 +96,7 @@ mod tests {
     #[test]
     fn internal_raft_request_header_is_field_100() {
         let req = InternalRaftRequest {
-            header: Some(RequestHeader {
-                id: 7,
-                ..Default::default()
-            }),
+            header: Some(RequestHeader { id: 7, ..Default::default() }),
             ..Default::default()
         };
         // Field 100, wire type 2 -> varint (100 << 3 | 2) = 802 = [0xa2, 0x06].

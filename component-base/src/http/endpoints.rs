@@ -46,10 +46,7 @@ struct NamedCheck {
 #[derive(Clone)]
 enum Route {
     Metrics(Registry),
-    Health {
-        format: HealthFormat,
-        checks: Vec<NamedCheck>,
-    },
+    Health { format: HealthFormat, checks: Vec<NamedCheck> },
 }
 
 /// Builds the set of observability endpoints a component serves.
@@ -71,9 +68,7 @@ pub struct Endpoints {
 
 impl std::fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoints")
-            .field("paths", &self.routes.keys().collect::<Vec<_>>())
-            .finish()
+        f.debug_struct("Endpoints").field("paths", &self.routes.keys().collect::<Vec<_>>()).finish()
     }
 }
 
@@ -85,8 +80,7 @@ impl Endpoints {
 
     /// Serves `registry` in the Prometheus text format at `path`.
     pub fn metrics(mut self, path: &str, registry: Registry) -> Self {
-        self.routes
-            .insert(path.to_owned(), Route::Metrics(registry));
+        self.routes.insert(path.to_owned(), Route::Metrics(registry));
         self
     }
 
@@ -102,40 +96,24 @@ impl Endpoints {
         Fut: Future<Output = CheckResult> + Send + 'static,
     {
         let check: Check = Arc::new(move |uri| Box::pin(check(uri)));
-        let named = NamedCheck {
-            name: name.to_owned(),
-            check,
-        };
+        let named = NamedCheck { name: name.to_owned(), check };
         let route = self
             .routes
             .entry(path.to_owned())
-            .or_insert_with(|| Route::Health {
-                format,
-                checks: Vec::new(),
-            });
+            .or_insert_with(|| Route::Health { format, checks: Vec::new() });
         match route {
-            Route::Health {
-                format: existing,
-                checks,
-            } => {
+            Route::Health { format: existing, checks } => {
                 *existing = format;
                 checks.push(named);
             }
-            Route::Metrics(_) => {
-                *route = Route::Health {
-                    format,
-                    checks: vec![named],
-                }
-            }
+            Route::Metrics(_) => *route = Route::Health { format, checks: vec![named] },
         }
         self
     }
 
     /// The endpoints as a cloneable hyper service, ready for [`serve`](super::serve).
     pub fn into_service(self) -> EndpointsService {
-        EndpointsService {
-            routes: Arc::new(self.routes),
-        }
+        EndpointsService { routes: Arc::new(self.routes) }
     }
 }
 
@@ -150,9 +128,7 @@ pub struct EndpointsService {
 
 impl std::fmt::Debug for EndpointsService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EndpointsService")
-            .field("paths", &self.routes.keys().collect::<Vec<_>>())
-            .finish()
+        f.debug_struct("EndpointsService").field("paths", &self.routes.keys().collect::<Vec<_>>()).finish()
     }
 }
 
@@ -169,9 +145,7 @@ impl EndpointsService {
         };
         if method != Method::GET && method != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-            response
-                .headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
             return response;
         }
         match route {
@@ -241,11 +215,7 @@ fn kubernetes_health(uri: &Uri, results: &[(&str, CheckResult)]) -> Response<Ful
     let endpoint = uri.path().trim_start_matches('/');
     let outcome = if healthy { "passed" } else { "failed" };
     let _ = writeln!(body, "{endpoint} check {outcome}");
-    let status = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
-    };
+    let status = if healthy { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
     text(status, &body)
 }
 
@@ -255,22 +225,16 @@ fn etcd_health(results: &[(&str, CheckResult)]) -> Response<Full<Bytes>> {
         None => (StatusCode::OK, "true", ""),
         Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, "false", reason.as_str()),
     };
-    let body = format!(
-        "{{\"health\":\"{health}\",\"reason\":\"{}\"}}",
-        json_escape(reason)
-    );
+    let body = format!("{{\"health\":\"{health}\",\"reason\":\"{}\"}}", json_escape(reason));
     with_type(status, "application/json", body)
 }
 
 /// The values of `key` in the URI's query (`?key=a&key=b`); a bare `key` yields "".
 fn query_values<'u>(uri: &'u Uri, key: &'u str) -> impl Iterator<Item = &'u str> + 'u {
-    uri.query()
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(move |pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == key).then_some(v)
-        })
+    uri.query().unwrap_or_default().split('&').filter_map(move |pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == key).then_some(v)
+    })
 }
 
 fn json_escape(s: &str) -> String {
@@ -295,19 +259,12 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     with_type(status, "text/plain; charset=utf-8", body.to_owned())
 }
 
-fn with_type(
-    status: StatusCode,
-    content_type: &'static str,
-    body: String,
-) -> Response<Full<Bytes>> {
+fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     response
 }
 
@@ -321,48 +278,21 @@ mod tests {
         let uri: Uri = uri.parse().unwrap();
         let response = service.respond(&Method::GET, &uri).await;
         let status = response.status();
-        let content_type = response.headers()[CONTENT_TYPE]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let content_type = response.headers()[CONTENT_TYPE].to_str().unwrap().to_owned();
         let body = response.into_body().collect().await.unwrap().to_bytes();
-        (
-            status,
-            content_type,
-            String::from_utf8(body.to_vec()).unwrap(),
-        )
+        (status, content_type, String::from_utf8(body.to_vec()).unwrap())
     }
 
     fn endpoints(healthy: bool) -> EndpointsService {
         Endpoints::new()
             .metrics("/metrics", Registry::with_process_metrics())
-            .health(
-                "/health",
-                HealthFormat::EtcdJson,
-                "etcd",
-                move |_| async move {
-                    if healthy {
-                        Ok(())
-                    } else {
-                        Err("NOSPACE \"alarm\"".into())
-                    }
-                },
-            )
-            .health("/livez", HealthFormat::Kubernetes, "ping", |_| async {
-                Ok(())
+            .health("/health", HealthFormat::EtcdJson, "etcd", move |_| async move {
+                if healthy { Ok(()) } else { Err("NOSPACE \"alarm\"".into()) }
             })
-            .health(
-                "/livez",
-                HealthFormat::Kubernetes,
-                "etcd",
-                move |_| async move {
-                    if healthy {
-                        Ok(())
-                    } else {
-                        Err("no leader".into())
-                    }
-                },
-            )
+            .health("/livez", HealthFormat::Kubernetes, "ping", |_| async { Ok(()) })
+            .health("/livez", HealthFormat::Kubernetes, "etcd", move |_| async move {
+                if healthy { Ok(()) } else { Err("no leader".into()) }
+            })
             .into_service()
     }
 
@@ -395,10 +325,7 @@ mod tests {
 
         let (status, _, body) = get(&endpoints(false), "/livez").await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(
-            body,
-            "[+]ping ok\n[-]etcd failed: reason withheld\nlivez check failed\n"
-        );
+        assert_eq!(body, "[+]ping ok\n[-]etcd failed: reason withheld\nlivez check failed\n");
         let (status, _, body) = get(&endpoints(false), "/livez?exclude=etcd").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     }
@@ -408,9 +335,7 @@ mod tests {
         let service = endpoints(true);
         assert!(service.handles("/metrics") && !service.handles("/v3/kv/range"));
         assert_eq!(get(&service, "/nope").await.0, StatusCode::NOT_FOUND);
-        let response = service
-            .respond(&Method::POST, &"/health".parse().unwrap())
-            .await;
+        let response = service.respond(&Method::POST, &"/health".parse().unwrap()).await;
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(response.headers()[ALLOW], "GET, HEAD");
     }

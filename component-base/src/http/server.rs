@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use super::authority_fixup::AuthorityFixup;
 use super::connection::{ConnectionInfo, WithConnectionInfo};
 use crate::shutdown::Shutdown;
 
@@ -45,6 +46,15 @@ pub struct ServeOptions {
     /// HTTP/2 streams per connection (etcd's `--max-concurrent-streams`);
     /// `None` keeps hyper's default.
     pub http2_max_concurrent_streams: Option<u32>,
+    /// Accept an HTTP/2 `:authority` that holds a URL (`http://host:port`)
+    /// by rewriting it to the authority inside before the HTTP/2 server sees
+    /// it. grpc-go clients dialed with a URL as their target send such values
+    /// (etcdctl 3.4 does, for `endpoint status`, `endpoint hashkv` and
+    /// `defrag`) and grpc-go servers accept them, while h2 resets the stream
+    /// with PROTOCOL_ERROR. Off by default: it puts a filter on every
+    /// connection's reads that parses each inbound HTTP/2 HEADERS frame; see
+    /// `authority_fixup` for what it does and does not cover.
+    pub lenient_h2_authority: bool,
 }
 
 impl Default for ServeOptions {
@@ -54,6 +64,7 @@ impl Default for ServeOptions {
             grace_period: Duration::from_secs(5),
             tls_handshake_timeout: Duration::from_secs(10),
             http2_max_concurrent_streams: None,
+            lenient_h2_authority: false,
         }
     }
 }
@@ -92,6 +103,7 @@ pub async fn serve<S, B>(
         builder: builder(&options),
         tls: tls.map(TlsAcceptor::from),
         tls_handshake_timeout: options.tls_handshake_timeout,
+        lenient_h2_authority: options.lenient_h2_authority,
         shutdown: shutdown.clone(),
     });
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
@@ -145,20 +157,16 @@ fn builder(options: &ServeOptions) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new());
     // The timer lets hyper enforce its HTTP/1 header read timeout (slow clients).
     builder.http1().timer(TokioTimer::new());
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(options.http2_max_concurrent_streams);
+    // The HTTP/2 max frame size stays at its default (16 KiB), which
+    // `authority_fixup::MAX_FRAME_PAYLOAD` relies on.
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(options.http2_max_concurrent_streams);
     builder
 }
 
 /// Errors that concern only the client being accepted.
 fn is_per_connection(err: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(
-        err.kind(),
-        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted
-    )
+    matches!(err.kind(), ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted)
 }
 
 /// Waits for open connections up to `grace`, then closes the rest.
@@ -169,10 +177,7 @@ async fn drain(mut open: JoinSet<()>, grace: Duration) {
         }
     };
     if tokio::time::timeout(grace, all_done).await.is_err() {
-        tracing::debug!(
-            remaining = open.len(),
-            "grace period over; closing connections"
-        );
+        tracing::debug!(remaining = open.len(), "grace period over; closing connections");
         open.shutdown().await;
     }
 }
@@ -190,18 +195,15 @@ struct Connection {
     builder: Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
     tls_handshake_timeout: Duration,
+    /// [`ServeOptions::lenient_h2_authority`].
+    lenient_h2_authority: bool,
     shutdown: Shutdown,
 }
 
 impl Connection {
     /// Serves one connection; `_slot` is held until it closes.
-    async fn run<S, B>(
-        &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        service: S,
-        _slot: OwnedSemaphorePermit,
-    ) where
+    async fn run<S, B>(&self, stream: TcpStream, peer: SocketAddr, service: S, _slot: OwnedSemaphorePermit)
+    where
         S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
@@ -212,17 +214,9 @@ impl Connection {
         // Small request/response exchanges (gRPC unary, health probes) should not
         // wait on Nagle's algorithm.
         let _ = stream.set_nodelay(true);
-        let mut info = ConnectionInfo {
-            peer,
-            tls: false,
-            client_certificates: None,
-            alpn: None,
-        };
+        let mut info = ConnectionInfo { peer, tls: false, client_certificates: None, alpn: None };
         let Some(acceptor) = &self.tls else {
-            let service = WithConnectionInfo {
-                inner: service,
-                info,
-            };
+            let service = WithConnectionInfo { inner: service, info };
             return self.http(stream, service, peer).await;
         };
         let handshake = tokio::time::timeout(self.tls_handshake_timeout, acceptor.accept(stream));
@@ -246,10 +240,7 @@ impl Connection {
             .peer_certificates()
             .map(|certs| certs.iter().map(|cert| cert.clone().into_owned()).collect());
         info.alpn = session.alpn_protocol().map(Arc::from);
-        let service = WithConnectionInfo {
-            inner: service,
-            info,
-        };
+        let service = WithConnectionInfo { inner: service, info };
         self.http(stream, service, peer).await;
     }
 
@@ -265,9 +256,24 @@ impl Connection {
         B::Data: Send,
         B::Error: Into<BoxError>,
     {
-        let conn = self
-            .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service);
+        if self.lenient_h2_authority {
+            self.drive(AuthorityFixup::new(io), service, peer).await;
+        } else {
+            self.drive(io, service, peer).await;
+        }
+    }
+
+    async fn drive<I, S, B>(&self, io: I, service: S, peer: SocketAddr)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let conn = self.builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         let result = tokio::select! {
             result = conn.as_mut() => result,

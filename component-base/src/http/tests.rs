@@ -36,18 +36,11 @@ impl Running {
     /// Triggers shutdown and checks the server returns.
     async fn stop(self) {
         self.shutdown.trigger();
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("server stopped within the grace period")
-            .unwrap();
+        tokio::time::timeout(WAIT, self.task).await.expect("server stopped within the grace period").unwrap();
     }
 }
 
-async fn start<S, B>(
-    tls: Option<Arc<rustls::ServerConfig>>,
-    service: S,
-    options: ServeOptions,
-) -> Running
+async fn start<S, B>(tls: Option<Arc<rustls::ServerConfig>>, service: S, options: ServeOptions) -> Running
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -60,22 +53,14 @@ where
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let task = tokio::spawn(serve(listener, tls, service, shutdown.clone(), options));
-    Running {
-        addr,
-        shutdown,
-        task,
-    }
+    Running { addr, shutdown, task }
 }
 
 fn observability() -> EndpointsService {
     Endpoints::new()
         .metrics("/metrics", Registry::with_process_metrics())
-        .health("/health", HealthFormat::EtcdJson, "etcd", |_| async {
-            Ok(())
-        })
-        .health("/readyz", HealthFormat::Kubernetes, "ping", |_| async {
-            Ok(())
-        })
+        .health("/health", HealthFormat::EtcdJson, "etcd", |_| async { Ok(()) })
+        .health("/readyz", HealthFormat::Kubernetes, "ping", |_| async { Ok(()) })
         .into_service()
 }
 
@@ -99,22 +84,14 @@ async fn serves_metrics_and_health_then_stops() {
     let metrics = raw_get(server.addr, "/metrics").await;
     assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
     assert!(
-        metrics
-            .to_ascii_lowercase()
-            .contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        metrics.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("\nprocess_resident_memory_bytes "),
-        "{metrics}"
-    );
+    assert!(metrics.contains("\nprocess_resident_memory_bytes "), "{metrics}");
 
     let health = raw_get(server.addr, "/health").await;
     assert!(health.starts_with("HTTP/1.1 200 OK\r\n"), "{health}");
-    assert!(
-        health.ends_with(r#"{"health":"true","reason":""}"#),
-        "{health}"
-    );
+    assert!(health.ends_with(r#"{"health":"true","reason":""}"#), "{health}");
     let ready = raw_get(server.addr, "/readyz").await;
     assert!(ready.ends_with("\r\n\r\nok"), "{ready}");
 
@@ -127,18 +104,10 @@ async fn serves_metrics_and_health_then_stops() {
 async fn garbage_closes_only_its_connection() {
     let server = start(None, observability(), ServeOptions::default()).await;
     let mut junk = TcpStream::connect(server.addr).await.unwrap();
-    junk.write_all(b"\x00\x01\x02 not http at all\r\n\r\n")
-        .await
-        .unwrap();
+    junk.write_all(b"\x00\x01\x02 not http at all\r\n\r\n").await.unwrap();
     let mut reply = Vec::new();
-    let _ = tokio::time::timeout(WAIT, junk.read_to_end(&mut reply))
-        .await
-        .expect("junk connection closed");
-    assert!(
-        raw_get(server.addr, "/health")
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    let _ = tokio::time::timeout(WAIT, junk.read_to_end(&mut reply)).await.expect("junk connection closed");
+    assert!(raw_get(server.addr, "/health").await.starts_with("HTTP/1.1 200"));
     server.stop().await;
 }
 
@@ -153,9 +122,7 @@ async fn echo_connection(
             "tls={} certs={} alpn={} version={:?}",
             info.tls,
             info.client_certificates.map_or(0, |c| c.len()),
-            info.alpn
-                .map(|a| String::from_utf8_lossy(&a).into_owned())
-                .unwrap_or_default(),
+            info.alpn.map(|a| String::from_utf8_lossy(&a).into_owned()).unwrap_or_default(),
             request.version(),
         ),
         None => "no connection info".to_owned(),
@@ -167,43 +134,21 @@ async fn echo_connection(
 async fn http2_over_mutual_tls_carries_connection_info() {
     let pki = TestPki::new();
     let alpn: &[&[u8]] = &[b"h2", b"http/1.1"];
-    let tls = server_config(
-        &pki.server_cert,
-        &pki.server_key,
-        Some(&pki.ca),
-        false,
-        alpn,
-    )
-    .unwrap();
-    let server = start(
-        Some(tls),
-        service_fn(echo_connection),
-        ServeOptions::default(),
-    )
-    .await;
+    let tls = server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), false, alpn).unwrap();
+    let server = start(Some(tls), service_fn(echo_connection), ServeOptions::default()).await;
 
     // Plaintext at a TLS port fails the handshake and must not disturb the server.
     let plaintext = raw_get(server.addr, "/").await;
     assert!(!plaintext.contains("200 OK"), "{plaintext}");
 
-    let client = client_config(
-        Some(&pki.ca),
-        Some((&pki.client_cert, &pki.client_key)),
-        &[b"h2"],
-    )
-    .unwrap();
+    let client = client_config(Some(&pki.ca), Some((&pki.client_cert, &pki.client_key)), &[b"h2"]).unwrap();
     let tcp = TcpStream::connect(server.addr).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let stream = TlsConnector::from(client).connect(name, tcp).await.unwrap();
     let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
     let connection = tokio::spawn(connection);
-    let request = Request::builder()
-        .uri("https://localhost/whoami")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
+    let request = Request::builder().uri("https://localhost/whoami").body(Empty::<Bytes>::new()).unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -212,27 +157,17 @@ async fn http2_over_mutual_tls_carries_connection_info() {
     // Shutdown sends GOAWAY; the client's connection ends instead of hanging.
     server.stop().await;
     drop(sender);
-    tokio::time::timeout(WAIT, connection)
-        .await
-        .expect("client connection closed")
-        .unwrap()
-        .ok();
+    tokio::time::timeout(WAIT, connection).await.expect("client connection closed").unwrap().ok();
 }
 
 #[tokio::test]
 async fn connection_limit_holds_extra_clients_back() {
-    let options = ServeOptions {
-        max_connections: 1,
-        ..ServeOptions::default()
-    };
+    let options = ServeOptions { max_connections: 1, ..ServeOptions::default() };
     let server = start(None, observability(), options).await;
 
     // The first client keeps its connection open after one request.
     let mut first = TcpStream::connect(server.addr).await.unwrap();
-    first
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: test\r\n\r\n")
-        .await
-        .unwrap();
+    first.write_all(b"GET /readyz HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
     let mut buf = [0u8; 512];
     let n = first.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
@@ -240,10 +175,7 @@ async fn connection_limit_holds_extra_clients_back() {
     // The second waits in the backlog while the slot is taken...
     let second = tokio::spawn(raw_get(server.addr, "/readyz"));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !second.is_finished(),
-        "second client served beyond the limit"
-    );
+    assert!(!second.is_finished(), "second client served beyond the limit");
 
     // ...and is served once the first leaves.
     drop(first);
@@ -258,21 +190,14 @@ async fn grace_period_bounds_the_drain() {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
     });
-    let options = ServeOptions {
-        grace_period: Duration::from_millis(200),
-        ..ServeOptions::default()
-    };
+    let options = ServeOptions { grace_period: Duration::from_millis(200), ..ServeOptions::default() };
     let server = start(None, stuck, options).await;
     let mut client = TcpStream::connect(server.addr).await.unwrap();
-    client
-        .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
-        .await
-        .unwrap();
+    client.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
     // Let the request reach the handler before shutting down.
     tokio::time::sleep(Duration::from_millis(100)).await;
     server.stop().await;
     let mut rest = Vec::new();
-    let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut rest))
-        .await
-        .expect("stuck connection was cut");
+    let _ =
+        tokio::time::timeout(WAIT, client.read_to_end(&mut rest)).await.expect("stuck connection was cut");
 }

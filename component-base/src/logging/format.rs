@@ -95,8 +95,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let mp = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * mp + 2) / 5 + 1;
@@ -131,16 +130,10 @@ mod tests {
 
     #[test]
     fn level_letters() {
-        let letters: String = [
-            Level::ERROR,
-            Level::WARN,
-            Level::INFO,
-            Level::DEBUG,
-            Level::TRACE,
-        ]
-        .iter()
-        .map(level_letter)
-        .collect();
+        let letters: String = [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG, Level::TRACE]
+            .iter()
+            .map(level_letter)
+            .collect();
         assert_eq!(letters, "EWIDT");
     }
 }

@@ -20,9 +20,7 @@ pub use format::KlogFormat;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `--log-level` was not one of the names etcd accepts.
-    #[error(
-        "invalid --log-level {0:?}: want one of debug, info, warn, error, dpanic, panic, fatal"
-    )]
+    #[error("invalid --log-level {0:?}: want one of debug, info, warn, error, dpanic, panic, fatal")]
     InvalidLogLevel(String),
     /// One directive of `RUST_LOG` did not parse.
     #[error("invalid RUST_LOG directive {directive:?}: {source}")]
@@ -55,9 +53,7 @@ pub fn init(verbosity: u8, log_level: Option<&str>) -> Result<(), Error> {
     let filter = filter(level, rust_log.as_deref())?;
 
     // A poisoned lock only means another init panicked; the flag is still usable.
-    let mut installed = INSTALLED
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner());
+    let mut installed = INSTALLED.lock().unwrap_or_else(|poison| poison.into_inner());
     if *installed {
         return Ok(());
     }
@@ -66,10 +62,7 @@ pub fn init(verbosity: u8, log_level: Option<&str>) -> Result<(), Error> {
         .with_ansi(false)
         .with_writer(std::io::stderr);
     // Failure means a foreign subscriber is already global: leave it in charge.
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(layer)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
     *installed = true;
     Ok(())
 }
@@ -108,10 +101,8 @@ fn filter(level: LevelFilter, rust_log: Option<&str>) -> Result<EnvFilter, Error
     let mut filter = EnvFilter::default().add_directive(level.into());
     let directives = rust_log.unwrap_or_default().split(',').map(str::trim);
     for raw in directives.filter(|d| !d.is_empty()) {
-        let directive: Directive = raw.parse().map_err(|source| Error::InvalidRustLog {
-            directive: raw.to_owned(),
-            source,
-        })?;
+        let directive: Directive =
+            raw.parse().map_err(|source| Error::InvalidRustLog { directive: raw.to_owned(), source })?;
         filter = filter.add_directive(directive);
     }
     Ok(filter)
@@ -149,16 +140,10 @@ mod tests {
     #[test]
     fn rust_log_refines_or_replaces_the_flag_level() {
         assert_eq!(filter(LevelFilter::INFO, None).unwrap().to_string(), "info");
-        assert_eq!(
-            filter(LevelFilter::INFO, Some("warn")).unwrap().to_string(),
-            "warn"
-        );
+        assert_eq!(filter(LevelFilter::INFO, Some("warn")).unwrap().to_string(), "warn");
         let refined = filter(LevelFilter::INFO, Some("etcd::raft=trace")).unwrap();
         let shown = refined.to_string();
-        assert!(
-            shown.contains("etcd::raft=trace") && shown.contains("info"),
-            "{shown}"
-        );
+        assert!(shown.contains("etcd::raft=trace") && shown.contains("info"), "{shown}");
     }
 
     #[test]

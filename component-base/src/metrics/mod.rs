@@ -107,11 +107,7 @@ mod tests {
     fn sample_registry() -> Registry {
         let registry = Registry::with_process_metrics();
         let requests = Family::<MethodLabels, Counter>::default();
-        requests
-            .get_or_create(&MethodLabels {
-                method: "Range".into(),
-            })
-            .inc_by(3);
+        requests.get_or_create(&MethodLabels { method: "Range".into() }).inc_by(3);
         registry.register("etcd_requests", "Requests served.", requests);
         let leader = Gauge::<i64>::default();
         leader.set(1);
@@ -168,12 +164,7 @@ mod tests {
                 return;
             }
         };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
@@ -187,11 +178,7 @@ mod tests {
     fn clones_share_one_registry() {
         let registry = Registry::new();
         let clone = registry.clone();
-        clone.register(
-            "late_gauge",
-            "Registered after the server started.",
-            Gauge::<i64>::default(),
-        );
+        clone.register("late_gauge", "Registered after the server started.", Gauge::<i64>::default());
         assert!(registry.encode_text().unwrap().contains("late_gauge 0"));
     }
 }

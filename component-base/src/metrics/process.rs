@@ -23,39 +23,18 @@ impl Collector for ProcessCollector {
         let sample = Sample::read();
         if let Some(v) = sample.cpu_seconds {
             let help = "Total user and system CPU time spent in seconds.";
-            encode(
-                &mut encoder,
-                "process_cpu_seconds",
-                help,
-                &ConstCounter::new(v),
-            )?;
+            encode(&mut encoder, "process_cpu_seconds", help, &ConstCounter::new(v))?;
         }
         let gauges = [
-            (
-                "process_open_fds",
-                "Number of open file descriptors.",
-                sample.open_fds,
-            ),
-            (
-                "process_max_fds",
-                "Maximum number of open file descriptors.",
-                sample.max_fds,
-            ),
-            (
-                "process_virtual_memory_bytes",
-                "Virtual memory size in bytes.",
-                sample.virtual_memory_bytes,
-            ),
+            ("process_open_fds", "Number of open file descriptors.", sample.open_fds),
+            ("process_max_fds", "Maximum number of open file descriptors.", sample.max_fds),
+            ("process_virtual_memory_bytes", "Virtual memory size in bytes.", sample.virtual_memory_bytes),
             (
                 "process_virtual_memory_max_bytes",
                 "Maximum amount of virtual memory available in bytes.",
                 sample.virtual_memory_max_bytes,
             ),
-            (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                sample.resident_memory_bytes,
-            ),
+            ("process_resident_memory_bytes", "Resident memory size in bytes.", sample.resident_memory_bytes),
             (
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
@@ -152,12 +131,7 @@ fn parse_stat(stat: &str) -> Option<Stat> {
 
 /// The `btime` line of `/proc/stat`: boot time in seconds since the epoch.
 fn parse_boot_time(proc_stat: &str) -> Option<u64> {
-    proc_stat
-        .lines()
-        .find_map(|line| line.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()
+    proc_stat.lines().find_map(|line| line.strip_prefix("btime "))?.trim().parse().ok()
 }
 
 fn count_open_fds() -> Option<f64> {
@@ -177,10 +151,7 @@ enum Limit {
 
 /// A soft resource limit; unlimited reads as `u64::MAX`, as Go's procfs reports it.
 fn soft_limit(which: Limit) -> Option<f64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     let limit_ptr = &raw mut limit;
     // SAFETY: getrlimit only writes the rlimit struct we pass by a valid pointer.
     let rc = unsafe {
@@ -209,13 +180,7 @@ mod tests {
                     1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         assert_eq!(
             parse_stat(line),
-            Some(Stat {
-                utime: 150,
-                stime: 50,
-                start_ticks: 98765,
-                vsize: 123456789,
-                rss_pages: 2048,
-            })
+            Some(Stat { utime: 150, stime: 50, start_ticks: 98765, vsize: 123456789, rss_pages: 2048 })
         );
     }
 
@@ -240,13 +205,7 @@ mod tests {
         assert!(sample.open_fds.unwrap() >= 3.0);
         assert!(sample.max_fds.unwrap() >= sample.open_fds.unwrap());
         let started = sample.start_time_seconds.unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
-        assert!(
-            started <= now + 1.0 && started > now - 86_400.0,
-            "{started} vs {now}"
-        );
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(started <= now + 1.0 && started > now - 86_400.0, "{started} vs {now}");
     }
 }

@@ -115,22 +115,19 @@ pub fn server_config(
             if !require_client_cert {
                 verifier = verifier.allow_unauthenticated();
             }
-            let verifier = verifier.build().map_err(|source| Error::ClientVerifier {
-                path: ca_file.to_owned(),
-                source,
-            })?;
+            let verifier = verifier
+                .build()
+                .map_err(|source| Error::ClientVerifier { path: ca_file.to_owned(), source })?;
             builder.with_client_cert_verifier(verifier)
         }
         None if require_client_cert => return Err(Error::ClientCaRequired),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|source| Error::KeyPair {
-            cert: cert_file.to_owned(),
-            key: key_file.to_owned(),
-            source,
-        })?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|source| Error::KeyPair {
+        cert: cert_file.to_owned(),
+        key: key_file.to_owned(),
+        source,
+    })?;
     config.alpn_protocols = alpn_list(alpn);
     Ok(Arc::new(config))
 }
@@ -152,13 +149,11 @@ pub fn client_config(
         .map_err(Error::Protocol)?
         .with_root_certificates(roots);
     let mut config = match cert_and_key {
-        Some((cert_file, key_file)) => builder
-            .with_client_auth_cert(load_certs(cert_file)?, load_private_key(key_file)?)
-            .map_err(|source| Error::KeyPair {
-                cert: cert_file.to_owned(),
-                key: key_file.to_owned(),
-                source,
-            })?,
+        Some((cert_file, key_file)) => {
+            builder.with_client_auth_cert(load_certs(cert_file)?, load_private_key(key_file)?).map_err(
+                |source| Error::KeyPair { cert: cert_file.to_owned(), key: key_file.to_owned(), source },
+            )?
+        }
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = alpn_list(alpn);

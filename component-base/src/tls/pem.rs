@@ -25,9 +25,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
         .and_then(|blocks| blocks.collect::<Result<Vec<_>, _>>())
         .map_err(|source| pem_error(path, source))?;
     if certs.is_empty() {
-        return Err(Error::NoCertificates {
-            path: path.to_owned(),
-        });
+        return Err(Error::NoCertificates { path: path.to_owned() });
     }
     Ok(certs)
 }
@@ -36,9 +34,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
 /// (`RSA PRIVATE KEY`) or SEC1 (`EC PRIVATE KEY`), as kubeadm and openssl write them.
 pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
     PrivateKeyDer::from_pem_file(path).map_err(|source| match source {
-        pem::Error::NoItemsFound => Error::NoPrivateKey {
-            path: path.to_owned(),
-        },
+        pem::Error::NoItemsFound => Error::NoPrivateKey { path: path.to_owned() },
         source => pem_error(path, source),
     })
 }
@@ -47,10 +43,7 @@ pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
 pub fn load_root_store(path: &Path) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(path)? {
-        roots.add(cert).map_err(|source| Error::BadCaCertificate {
-            path: path.to_owned(),
-            source,
-        })?;
+        roots.add(cert).map_err(|source| Error::BadCaCertificate { path: path.to_owned(), source })?;
     }
     Ok(roots)
 }
@@ -59,10 +52,7 @@ pub fn load_root_store(path: &Path) -> Result<RootCertStore, Error> {
 /// skipped, as a distribution bundle may carry certificates webpki rejects.
 pub fn load_system_roots() -> Result<RootCertStore, Error> {
     let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
-    let candidates = from_env
-        .iter()
-        .map(|p| p.as_path())
-        .chain(SYSTEM_BUNDLES.iter().map(Path::new));
+    let candidates = from_env.iter().map(|p| p.as_path()).chain(SYSTEM_BUNDLES.iter().map(Path::new));
     let mut tried = Vec::new();
     for path in candidates {
         tried.push(path.display().to_string());
@@ -78,14 +68,9 @@ pub fn load_system_roots() -> Result<RootCertStore, Error> {
             return Ok(roots);
         }
     }
-    Err(Error::NoSystemRoots {
-        tried: tried.join(", "),
-    })
+    Err(Error::NoSystemRoots { tried: tried.join(", ") })
 }
 
 fn pem_error(path: &Path, source: pem::Error) -> Error {
-    Error::Pem {
-        path: path.to_owned(),
-        source,
-    }
+    Error::Pem { path: path.to_owned(), source }
 }

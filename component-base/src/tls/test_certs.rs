@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
 };
 use tempfile::TempDir;
 
@@ -25,14 +25,9 @@ impl TestPki {
         let dir = tempfile::tempdir().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "component-base test CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        ca_params.distinguished_name.push(DnType::CommonName, "component-base test CA");
+        ca_params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
 
         let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
@@ -42,14 +37,9 @@ impl TestPki {
             let cert = params.signed_by(&key, &*ca).unwrap();
             (cert, key)
         };
-        let (server, server_key) = leaf(
-            vec!["localhost".into(), "127.0.0.1".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client, client_key) = leaf(
-            vec!["etcd-client".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
+        let (server, server_key) =
+            leaf(vec!["localhost".into(), "127.0.0.1".into()], ExtendedKeyUsagePurpose::ServerAuth);
+        let (client, client_key) = leaf(vec!["etcd-client".into()], ExtendedKeyUsagePurpose::ClientAuth);
 
         let write = |name: &str, pem: String| {
             let path = dir.path().join(name);
@@ -88,11 +78,7 @@ fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -122,9 +108,7 @@ fn der_element(input: &[u8]) -> (&[u8], &[u8]) {
         (usize::from(first_len), 2)
     } else {
         let n = usize::from(first_len & 0x7f);
-        let len = input[2..2 + n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        let len = input[2..2 + n].iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
         (len, 2 + n)
     };
     (&input[header + len..], &input[header..header + len])

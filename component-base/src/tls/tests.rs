@@ -45,20 +45,9 @@ async fn handshake(
 #[tokio::test]
 async fn mutual_tls_with_alpn() {
     let pki = TestPki::new();
-    let server = server_config(
-        &pki.server_cert,
-        &pki.server_key,
-        Some(&pki.ca),
-        true,
-        &[b"h2", b"http/1.1"],
-    )
-    .unwrap();
-    let client = client_config(
-        Some(&pki.ca),
-        Some((&pki.client_cert, &pki.client_key)),
-        &[b"h2"],
-    )
-    .unwrap();
+    let server =
+        server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true, &[b"h2", b"http/1.1"]).unwrap();
+    let client = client_config(Some(&pki.ca), Some((&pki.client_cert, &pki.client_key)), &[b"h2"]).unwrap();
     let (alpn, client_authenticated) = handshake(server, client).await.unwrap();
     assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
     assert!(client_authenticated);
@@ -67,8 +56,7 @@ async fn mutual_tls_with_alpn() {
 #[tokio::test]
 async fn required_client_cert_rejects_anonymous_clients() {
     let pki = TestPki::new();
-    let server =
-        server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true, &[]).unwrap();
+    let server = server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true, &[]).unwrap();
     let anonymous = client_config(Some(&pki.ca), None, &[]).unwrap();
     assert!(handshake(server, anonymous).await.is_err());
 }
@@ -76,8 +64,7 @@ async fn required_client_cert_rejects_anonymous_clients() {
 #[tokio::test]
 async fn optional_client_cert_admits_anonymous_clients() {
     let pki = TestPki::new();
-    let server =
-        server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), false, &[]).unwrap();
+    let server = server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), false, &[]).unwrap();
     let anonymous = client_config(Some(&pki.ca), None, &[]).unwrap();
     let (alpn, client_authenticated) = handshake(server, anonymous).await.unwrap();
     assert_eq!(alpn, None);
@@ -97,18 +84,10 @@ async fn client_rejects_a_server_from_another_ca() {
 async fn sec1_ec_key_works() {
     let pki = TestPki::new();
     let sec1_path = pki.path("client-sec1.key");
-    write_pem(
-        &sec1_path,
-        "EC PRIVATE KEY",
-        &sec1_from_pkcs8(&pki.client_key_pkcs8),
-    );
-    assert!(matches!(
-        load_private_key(&sec1_path).unwrap(),
-        PrivateKeyDer::Sec1(_)
-    ));
+    write_pem(&sec1_path, "EC PRIVATE KEY", &sec1_from_pkcs8(&pki.client_key_pkcs8));
+    assert!(matches!(load_private_key(&sec1_path).unwrap(), PrivateKeyDer::Sec1(_)));
 
-    let server =
-        server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true, &[]).unwrap();
+    let server = server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true, &[]).unwrap();
     let client = client_config(Some(&pki.ca), Some((&pki.client_cert, &sec1_path)), &[]).unwrap();
     let (_, client_authenticated) = handshake(server, client).await.unwrap();
     assert!(client_authenticated);
@@ -120,15 +99,8 @@ fn pkcs1_rsa_key_loads() {
     let key = pki.path("rsa.key");
     let cert = pki.path("rsa.crt");
     let generated = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ])
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -147,15 +119,8 @@ fn pkcs1_rsa_key_loads() {
         .output()
         .unwrap();
     assert!(converted.status.success());
-    assert!(
-        std::fs::read_to_string(&key)
-            .unwrap()
-            .contains("BEGIN RSA PRIVATE KEY")
-    );
-    assert!(matches!(
-        load_private_key(&key).unwrap(),
-        PrivateKeyDer::Pkcs1(_)
-    ));
+    assert!(std::fs::read_to_string(&key).unwrap().contains("BEGIN RSA PRIVATE KEY"));
+    assert!(matches!(load_private_key(&key).unwrap(), PrivateKeyDer::Pkcs1(_)));
     server_config(&cert, &key, None, false, &[]).unwrap();
 }
 
@@ -177,11 +142,7 @@ fn errors_name_the_file() {
     assert!(matches!(err, Error::NoCertificates { .. }), "{err}");
 
     let garbage = pki.path("garbage.pem");
-    std::fs::write(
-        &garbage,
-        "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
-    )
-    .unwrap();
+    std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n").unwrap();
     let err = load_certs(&garbage).unwrap_err();
     assert!(err.to_string().contains("garbage.pem"), "{err}");
 }

@@ -95,14 +95,7 @@ impl TreeIndex {
     }
 
     /// Rebuilds index state from one stored revision, in revision order (etcd's restore).
-    pub fn restore(
-        &mut self,
-        key: &[u8],
-        rev: Revision,
-        tombstone: bool,
-        created: i64,
-        version: i64,
-    ) {
+    pub fn restore(&mut self, key: &[u8], rev: Revision, tombstone: bool, created: i64, version: i64) {
         match self.tree.get_mut(key) {
             Some(ki) if tombstone => {
                 ki.tombstone(rev);

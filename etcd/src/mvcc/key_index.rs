@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn get_sees_the_generation_alive_at_the_revision() {
-        let ki = example();
+        let mut ki = example();
         assert_eq!(ki.get(0), None);
         assert_eq!(ki.get(1).map(|v| (v.modified, v.version)), Some((r(1), 1)));
         assert_eq!(ki.get(2).map(|v| (v.modified, v.created, v.version)), Some((r(2), r(1), 2)));

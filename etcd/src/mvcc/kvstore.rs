@@ -55,6 +55,9 @@ impl From<rocksdb::Error> for MvccError {
 
 pub type Result<T, E = MvccError> = std::result::Result<T, E>;
 
+/// Live keys attached to a lease: (key, lease id).
+pub type LeasedKeys = Vec<(Vec<u8>, i64)>;
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RangeOptions {
     /// Read at this revision; 0 or less reads at the newest.
@@ -89,7 +92,7 @@ impl KvStore {
     /// Opens the store over the backend, rebuilding the index from the stored revisions.
     /// Revisions start at 1, as etcd's do: an empty store is at revision 1. Also returns
     /// the live keys that are attached to a lease, for the lessor to restore.
-    pub fn open(backend: Arc<Backend>) -> Result<(Self, Vec<(Vec<u8>, i64)>)> {
+    pub fn open(backend: Arc<Backend>) -> Result<(Self, LeasedKeys)> {
         let current = backend.get_meta_u64(META_CURRENT_REV)?.map_or(1, |v| v as i64);
         let scheduled = backend.get_meta_u64(META_SCHEDULED_COMPACT)?.unwrap_or(0) as i64;
         let mut index = TreeIndex::default();
@@ -180,15 +183,12 @@ impl KvStore {
             .map(|(i, r)| (i, r.to_bytes()))
             .collect();
         if !missing.is_empty() {
-            let values = self
-                .backend
-                .db()
-                .batched_multi_get_cf_opt(cf, missing.iter().map(|(_, k)| k), false, &ro);
+            let values =
+                self.backend.db().batched_multi_get_cf_opt(cf, missing.iter().map(|(_, k)| k), false, &ro);
             for ((i, _), v) in missing.iter().zip(values) {
                 let rev = revs[*i];
                 let v = v?.ok_or(MvccError::Missing(rev))?;
-                out[*i] =
-                    Some(KeyValue::decode(&*v).map_err(|source| MvccError::Decode { rev, source })?);
+                out[*i] = Some(KeyValue::decode(&*v).map_err(|source| MvccError::Decode { rev, source })?);
             }
         }
         Ok(out.into_iter().map(|kv| kv.expect("filled above")).collect())
@@ -267,11 +267,8 @@ impl KvStore {
         let mut ro = ReadOptions::default();
         ro.set_snapshot(&snapshot);
         ro.fill_cache(false);
-        let iter = self.backend.db().iterator_cf_opt(
-            self.backend.cf(CF_KEY),
-            ro,
-            rocksdb::IteratorMode::Start,
-        );
+        let iter =
+            self.backend.db().iterator_cf_opt(self.backend.cf(CF_KEY), ro, rocksdb::IteratorMode::Start);
         for item in iter {
             let (k, v) = item?;
             let Some((kr, _)) = Revision::from_key(&k) else { continue };
@@ -454,18 +451,10 @@ impl TxnWriter<'_, '_> {
         for key in &keys {
             let rev = Revision::new(self.main, self.sub);
             let tombstone = KeyValue { key: key.clone(), ..Default::default() };
-            self.w.batch.put_cf(
-                self.w.store.backend.cf(CF_KEY),
-                rev.to_key(true),
-                tombstone.encode_to_vec(),
-            );
+            self.w.batch.put_cf(self.w.store.backend.cf(CF_KEY), rev.to_key(true), tombstone.encode_to_vec());
             self.w.store.index.write().tombstone(key, rev);
             let event_kv = KeyValue { key: key.clone(), mod_revision: self.main, ..Default::default() };
-            self.w.events.push(Event {
-                r#type: EventType::Delete as i32,
-                kv: Some(event_kv),
-                prev_kv: None,
-            });
+            self.w.events.push(Event { r#type: EventType::Delete as i32, kv: Some(event_kv), prev_kv: None });
             self.sub += 1;
         }
         keys
@@ -526,7 +515,10 @@ mod tests {
         apply(&backend, &store, |t| t.put(b"foo", b"v3".to_vec(), 0));
 
         let kv = get(&store, b"foo", 3).unwrap().unwrap();
-        assert_eq!((kv.value.as_slice(), kv.create_revision, kv.mod_revision, kv.version), (&b"v2"[..], 2, 3, 2));
+        assert_eq!(
+            (kv.value.as_slice(), kv.create_revision, kv.mod_revision, kv.version),
+            (&b"v2"[..], 2, 3, 2)
+        );
         assert!(get(&store, b"foo", 4).unwrap().is_none());
         let kv = get(&store, b"foo", 0).unwrap().unwrap();
         assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (5, 5, 1));

@@ -236,7 +236,8 @@ impl WatchableStore {
         let groups = self.groups.lock();
         for (key, w) in &groups.synced {
             if w.spec.progress_notify {
-                let _ = w.tx.try_send(WatchMsg::Events { watch_id: key.id, events: Vec::new(), revision: rev });
+                let _ =
+                    w.tx.try_send(WatchMsg::Events { watch_id: key.id, events: Vec::new(), revision: rev });
             }
         }
     }
@@ -251,9 +252,7 @@ impl WatchableStore {
             }
             let this = self.clone();
             // History reads are blocking backend I/O.
-            let more = tokio::task::spawn_blocking(move || this.sync_unsynced())
-                .await
-                .unwrap_or(false);
+            let more = tokio::task::spawn_blocking(move || this.sync_unsynced()).await.unwrap_or(false);
             if more {
                 self.wake.notify_one();
             }
@@ -276,7 +275,9 @@ impl WatchableStore {
         // have removed revisions at or below the compact revision read after the snapshot.
         let snapshot = self.backend.db().snapshot();
         let compact = self.store.compact_rev();
-        let read_from = min_rev.max(compact + 1);
+        // History at the compact revision itself is still readable (etcd cancels only
+        // watchers that start below it).
+        let read_from = min_rev.max(compact);
         let mut history = Vec::new();
         let mut last_read = snapshot_rev;
         if read_from <= snapshot_rev {

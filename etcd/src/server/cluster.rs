@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use proto::etcdserverpb::cluster_server::Cluster;
 use proto::etcdserverpb::{
-    MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
-    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
-    MemberUpdateRequest, MemberUpdateResponse,
+    MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
+    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -28,15 +28,24 @@ impl Cluster for ClusterService {
         Err(membership_changes_unsupported())
     }
 
-    async fn member_remove(&self, _r: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+    async fn member_remove(
+        &self,
+        _r: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
         Err(membership_changes_unsupported())
     }
 
-    async fn member_update(&self, _r: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+    async fn member_update(
+        &self,
+        _r: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(membership_changes_unsupported())
     }
 
-    async fn member_list(&self, request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    async fn member_list(
+        &self,
+        request: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
         if request.get_ref().linearizable {
             self.server.linearizable_read().await?;
         }
@@ -46,7 +55,10 @@ impl Cluster for ClusterService {
         }))
     }
 
-    async fn member_promote(&self, _r: Request<MemberPromoteRequest>) -> Result<Response<MemberPromoteResponse>, Status> {
+    async fn member_promote(
+        &self,
+        _r: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
         Err(membership_changes_unsupported())
     }
 }

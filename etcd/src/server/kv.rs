@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use proto::etcdserverpb::kv_server::Kv;
 use proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    InternalRaftRequest, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
-    TxnRequest, TxnResponse, request_op,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, InternalRaftRequest,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, TxnRequest, TxnResponse, request_op,
 };
 use tonic::{Request, Response, Status};
 
@@ -52,10 +51,8 @@ impl Kv for KvService {
         if r.key.is_empty() {
             return Err(EtcdError::EmptyKey.into());
         }
-        let result = self
-            .server
-            .propose(InternalRaftRequest { delete_range: Some(r), ..Default::default() })
-            .await;
+        let result =
+            self.server.propose(InternalRaftRequest { delete_range: Some(r), ..Default::default() }).await;
         let mut resp = expect_response!(result, DeleteRange)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
@@ -82,10 +79,8 @@ impl Kv for KvService {
     ) -> Result<Response<CompactionResponse>, Status> {
         let r = request.into_inner();
         let physical = r.physical;
-        let result = self
-            .server
-            .propose(InternalRaftRequest { compaction: Some(r), ..Default::default() })
-            .await?;
+        let result =
+            self.server.propose(InternalRaftRequest { compaction: Some(r), ..Default::default() }).await?;
         let ApplyResponse::Compaction { mut resp, physical: done } = result else {
             return Err(EtcdError::Internal("unexpected apply response to a compaction".into()).into());
         };
@@ -132,13 +127,11 @@ fn check_txn(r: &TxnRequest, max_ops: usize) -> Result<(), EtcdError> {
         match &op.request {
             Some(request_op::Request::RequestRange(q)) => check_range(q)?,
             Some(request_op::Request::RequestPut(p)) => check_put(p)?,
-            Some(request_op::Request::RequestDeleteRange(d)) => {
-                if d.key.is_empty() {
-                    return Err(EtcdError::EmptyKey);
-                }
+            Some(request_op::Request::RequestDeleteRange(d)) if d.key.is_empty() => {
+                return Err(EtcdError::EmptyKey);
             }
             Some(request_op::Request::RequestTxn(t)) => check_txn(t, max_ops)?,
-            None => {}
+            Some(request_op::Request::RequestDeleteRange(_)) | None => {}
         }
     }
     Ok(())
@@ -151,7 +144,9 @@ fn check_intervals(ops: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<KeyRange>
     let mut dels: Vec<KeyRange> = ops
         .iter()
         .filter_map(|op| match &op.request {
-            Some(request_op::Request::RequestDeleteRange(d)) => Some(KeyRange::from_request(&d.key, &d.range_end)),
+            Some(request_op::Request::RequestDeleteRange(d)) => {
+                Some(KeyRange::from_request(&d.key, &d.range_end))
+            }
             _ => None,
         })
         .collect();
@@ -207,7 +202,10 @@ mod tests {
 
     fn put(k: &str) -> RequestOp {
         RequestOp {
-            request: Some(request_op::Request::RequestPut(PutRequest { key: k.into(), ..Default::default() })),
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: k.into(),
+                ..Default::default()
+            })),
         }
     }
     fn del(k: &str, end: &str) -> RequestOp {
@@ -221,7 +219,11 @@ mod tests {
     }
     fn txn(success: Vec<RequestOp>, failure: Vec<RequestOp>) -> RequestOp {
         RequestOp {
-            request: Some(request_op::Request::RequestTxn(TxnRequest { success, failure, ..Default::default() })),
+            request: Some(request_op::Request::RequestTxn(TxnRequest {
+                success,
+                failure,
+                ..Default::default()
+            })),
         }
     }
 
@@ -243,7 +245,10 @@ mod tests {
     fn txn_size_is_bounded_at_every_level() {
         let big = TxnRequest { success: (0..3).map(|i| put(&i.to_string())).collect(), ..Default::default() };
         assert_eq!(check_txn(&big, 2).unwrap_err(), EtcdError::TooManyOps);
-        let nested = TxnRequest { success: vec![RequestOp { request: Some(request_op::Request::RequestTxn(big)) }], ..Default::default() };
+        let nested = TxnRequest {
+            success: vec![RequestOp { request: Some(request_op::Request::RequestTxn(big)) }],
+            ..Default::default()
+        };
         assert_eq!(check_txn(&nested, 2).unwrap_err(), EtcdError::TooManyOps);
     }
 }

@@ -10,8 +10,8 @@ use futures::Stream;
 use proto::etcdserverpb::lease_server::Lease;
 use proto::etcdserverpb::{
     InternalRaftRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest,
-    LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseStatus, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -34,7 +34,10 @@ type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, 
 
 #[tonic::async_trait]
 impl Lease for LeaseService {
-    async fn lease_grant(&self, request: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+    async fn lease_grant(
+        &self,
+        request: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
         let mut r = request.into_inner();
         if r.ttl > MAX_LEASE_TTL {
             return Err(EtcdError::LeaseTtlTooLarge.into());
@@ -43,15 +46,20 @@ impl Lease for LeaseService {
         if r.id == 0 {
             r.id = self.server.idgen.next_lease_id();
         }
-        let result = self.server.propose(InternalRaftRequest { lease_grant: Some(r), ..Default::default() }).await;
+        let result =
+            self.server.propose(InternalRaftRequest { lease_grant: Some(r), ..Default::default() }).await;
         let mut resp = expect_response!(result, LeaseGrant)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
 
-    async fn lease_revoke(&self, request: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
+    async fn lease_revoke(
+        &self,
+        request: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
         let r = request.into_inner();
-        let result = self.server.propose(InternalRaftRequest { lease_revoke: Some(r), ..Default::default() }).await;
+        let result =
+            self.server.propose(InternalRaftRequest { lease_revoke: Some(r), ..Default::default() }).await;
         let mut resp = expect_response!(result, LeaseRevoke)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
@@ -119,7 +127,10 @@ impl Lease for LeaseService {
         Ok(Response::new(resp))
     }
 
-    async fn lease_leases(&self, _request: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
+    async fn lease_leases(
+        &self,
+        _request: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
         self.server.linearizable_read().await?;
         let leases = self.server.lessor.ids().into_iter().map(|id| LeaseStatus { id }).collect();
         Ok(Response::new(LeaseLeasesResponse {
@@ -145,9 +156,13 @@ pub async fn run_expiry_loop(server: Arc<EtcdServer>, mut shutdown: tokio::sync:
                     ..Default::default()
                 };
                 match server.propose(req).await {
-                    Ok(_) | Err(EtcdError::LeaseNotFound) => tracing::debug!(lease = format!("{id:016x}"), "revoked expired lease"),
+                    Ok(_) | Err(EtcdError::LeaseNotFound) => {
+                        tracing::debug!(lease = format!("{id:016x}"), "revoked expired lease")
+                    }
                     // Retried on a later pass: take_expired hands the lease out again.
-                    Err(e) => tracing::warn!(lease = format!("{id:016x}"), "revoking expired lease failed: {e}"),
+                    Err(e) => {
+                        tracing::warn!(lease = format!("{id:016x}"), "revoking expired lease failed: {e}")
+                    }
                 }
             });
         }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use futures::Stream;
 use proto::etcdserverpb::maintenance_server::Maintenance;
 use proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
-    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest,
-    HashResponse, InternalRaftRequest, MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest,
-    SnapshotResponse, StatusRequest, StatusResponse, alarm_request::AlarmAction,
+    AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, InternalRaftRequest,
+    MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    alarm_request::AlarmAction,
 };
 use rocksdb::{IteratorMode, ReadOptions};
 use tokio::sync::mpsc;
@@ -75,7 +75,10 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _request: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        _request: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
         let backend = self.server.backend.clone();
         tokio::task::spawn_blocking(move || backend.defragment())
             .await
@@ -128,7 +131,10 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
-    async fn snapshot(&self, _request: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _request: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         let (tx, rx) = mpsc::channel::<Result<SnapshotResponse, Status>>(4);
         let backend = self.server.backend.clone();
         tokio::task::spawn_blocking(move || {
@@ -137,7 +143,11 @@ impl Maintenance for MaintenanceService {
                 &backend,
                 |total, chunk| {
                     sent += chunk.len() as u64;
-                    let msg = SnapshotResponse { header: None, remaining_bytes: total - sent, blob: chunk.to_vec() };
+                    let msg = SnapshotResponse {
+                        header: None,
+                        remaining_bytes: total - sent,
+                        blob: chunk.to_vec(),
+                    };
                     tx.blocking_send(Ok(msg)).map_err(|_| std::io::Error::other("client went away"))
                 },
                 SNAPSHOT_CHUNK,
@@ -153,7 +163,10 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn move_leader(&self, request: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+    async fn move_leader(
+        &self,
+        request: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
         let target = request.into_inner().target_id;
         let s = &self.server;
         if !s.node.status.is_leader() {
@@ -166,7 +179,10 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(MoveLeaderResponse { header: Some(s.header(s.store.current_rev())) }))
     }
 
-    async fn downgrade(&self, _request: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
+    async fn downgrade(
+        &self,
+        _request: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
         Err(EtcdError::Unimplemented("cluster version downgrade").into())
     }
 }

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use prost::Message;
 use proto::etcdserverpb::{
-    AlarmRequest, AlarmType, InternalRaftRequest, RequestHeader, ResponseHeader,
-    alarm_request::AlarmAction,
+    AlarmRequest, AlarmType, InternalRaftRequest, RequestHeader, ResponseHeader, alarm_request::AlarmAction,
 };
 use tokio::sync::oneshot;
 
@@ -129,10 +128,7 @@ impl EtcdServer {
             return Err(EtcdError::RequestTooLarge);
         }
         let (tx, rx) = oneshot::channel();
-        self.node
-            .tx
-            .send(NodeMsg::Propose { id, data, done: tx })
-            .map_err(|_| EtcdError::Stopped)?;
+        self.node.tx.send(NodeMsg::Propose { id, data, done: tx }).map_err(|_| EtcdError::Stopped)?;
         match tokio::time::timeout(self.limits.request_timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EtcdError::Stopped),
@@ -180,7 +176,10 @@ impl EtcdServer {
             if let Err(e) = self.propose(req).await {
                 tracing::warn!("raising the NOSPACE alarm failed: {e}");
             } else {
-                tracing::warn!(quota = self.limits.quota_backend_bytes, "database space exceeded; NOSPACE alarm raised");
+                tracing::warn!(
+                    quota = self.limits.quota_backend_bytes,
+                    "database space exceeded; NOSPACE alarm raised"
+                );
             }
         }
         Err(EtcdError::NoSpace)
@@ -201,9 +200,9 @@ macro_rules! expect_response {
     ($result:expr, $variant:ident) => {
         match $result {
             Ok(crate::apply::ApplyResponse::$variant(r)) => Ok(r),
-            Ok(other) => Err(crate::error::EtcdError::Internal(format!(
-                "unexpected apply response {other:?}"
-            ))),
+            Ok(other) => {
+                Err(crate::error::EtcdError::Internal(format!("unexpected apply response {other:?}")))
+            }
             Err(e) => Err(e),
         }
     };

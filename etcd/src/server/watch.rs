@@ -63,7 +63,10 @@ pub fn require_leader<T>(server: &EtcdServer, request: &Request<T>) -> Result<()
 impl Watch for WatchService {
     type WatchStream = WatchStream;
 
-    async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         require_leader(&self.server, &request)?;
         let inbound = request.into_inner();
         let stream = STREAM_IDS.fetch_add(1, Ordering::Relaxed);
@@ -94,7 +97,8 @@ async fn recv_loop(
         };
         match req.request_union {
             Some(RequestUnion::CreateRequest(c)) => {
-                if !create(&server, &tx, &state, stream, c).await {
+                let alive = create(&server, &tx, &state, stream, c).await;
+                if !alive {
                     break;
                 }
             }
@@ -151,11 +155,7 @@ async fn create(
     let id = {
         let mut st = state.lock();
         if c.watch_id != 0 {
-            if st.watchers.contains_key(&c.watch_id) {
-                None
-            } else {
-                Some(c.watch_id)
-            }
+            if st.watchers.contains_key(&c.watch_id) { None } else { Some(c.watch_id) }
         } else {
             while st.watchers.contains_key(&st.next_id) {
                 st.next_id += 1;
@@ -293,8 +293,12 @@ mod tests {
 
     #[test]
     fn fragments_split_at_the_limit_and_keep_single_events_whole() {
-        let ev = |n: usize| Event { kv: Some(KeyValue { key: b"k".to_vec(), value: vec![0; n], ..Default::default() }), ..Default::default() };
-        let resp = WatchResponse { watch_id: 3, events: vec![ev(600), ev(600), ev(600)], ..Default::default() };
+        let ev = |n: usize| Event {
+            kv: Some(KeyValue { key: b"k".to_vec(), value: vec![0; n], ..Default::default() }),
+            ..Default::default()
+        };
+        let resp =
+            WatchResponse { watch_id: 3, events: vec![ev(600), ev(600), ev(600)], ..Default::default() };
         let parts = fragment(resp, 1000);
         assert_eq!(parts.len(), 3);
         assert!(parts[0].fragment && parts[1].fragment && !parts[2].fragment);

@@ -45,7 +45,10 @@ fn key(i: usize) -> Vec<u8> {
 }
 
 async fn connect(endpoint: &str) -> anyhow::Result<KvClient<Channel>> {
-    let ch = Endpoint::from_shared(format!("http://{endpoint}"))?.connect().await.with_context(|| format!("connecting to {endpoint}"))?;
+    let ch = Endpoint::from_shared(format!("http://{endpoint}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {endpoint}"))?;
     Ok(KvClient::new(ch).max_decoding_message_size(64 << 20))
 }
 
@@ -66,7 +69,9 @@ async fn main() -> anyhow::Result<()> {
             let range = (c * per)..((c + 1) * per).min(args.keys);
             tasks.push(tokio::spawn(async move {
                 for i in range {
-                    client.put(PutRequest { key: key(i), value: value.clone(), ..Default::default() }).await?;
+                    client
+                        .put(PutRequest { key: key(i), value: value.clone(), ..Default::default() })
+                        .await?;
                 }
                 anyhow::Ok(())
             }));
@@ -111,7 +116,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     all.sort();
-    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or_default();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
     println!(
         "reads/s={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} mode={}",
         all.len() as f64 / elapsed,

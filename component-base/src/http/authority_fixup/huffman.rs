@@ -13,6 +13,7 @@ const EOS: u16 = 256;
 /// `(code, length in bits)` of each symbol 0..=255 and of EOS (256), from
 /// RFC 7541 Appendix B. Codes are right-aligned: the code's first bit is bit
 /// `length - 1`.
+#[rustfmt::skip]
 const CODES: [(u32, u8); 257] = [
     (0x1ff8, 13), (0x7fffd8, 23), (0xfffffe2, 28), (0xfffffe3, 28), // 0x00
     (0xfffffe4, 28), (0xfffffe5, 28), (0xfffffe6, 28), (0xfffffe7, 28), // 0x04
@@ -172,10 +173,7 @@ pub(super) mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     #[test]
@@ -199,14 +197,8 @@ pub(super) mod tests {
             ("25a8 49e9 5bb8 e8b4 bf", "custom-value"),
             ("6402", "302"),
             ("aec3 771a 4b", "private"),
-            (
-                "d07a be94 1054 d444 a820 0595 040b 8166 e082 a62d 1bff",
-                "Mon, 21 Oct 2013 20:13:21 GMT",
-            ),
-            (
-                "9d29 ad17 1863 c78f 0b97 c8e9 ae82 ae43 d3",
-                "https://www.example.com",
-            ),
+            ("d07a be94 1054 d444 a820 0595 040b 8166 e082 a62d 1bff", "Mon, 21 Oct 2013 20:13:21 GMT"),
+            ("9d29 ad17 1863 c78f 0b97 c8e9 ae82 ae43 d3", "https://www.example.com"),
             (
                 "94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f 9587 3160 65c0 03ed 4ee5 b106 3d50 07",
                 "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1",
