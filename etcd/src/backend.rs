@@ -57,6 +57,10 @@ impl Backend {
         // raft column family (whose entries are deleted soon after apply) instead of letting
         // the WAL grow with long-dead data.
         opts.set_max_total_wal_size(256 << 20);
+        // Overwrite old log files instead of growing new ones: an fdatasync of a file whose
+        // size does not change needs no journal commit, which makes every group commit
+        // cheaper (etcd preallocates its WAL segments for the same reason).
+        opts.set_recycle_log_file_num(4);
 
         let cache = Cache::new_lru_cache(128 << 20);
         let cf_opts = |name: &str| {

@@ -88,6 +88,15 @@ pub struct NodeConfig {
     pub applied: u64,
 }
 
+/// Entries applied into a batch that is not stored yet.
+struct Applied {
+    last: u64,
+    results: Vec<(u64, ApplyResult)>,
+    /// How many of the results answer proposals made on this member.
+    own: i64,
+    pending: crate::apply::PendingPublish,
+}
+
 /// A client waiting for a linearizable read to be allowed.
 type ReadWaiter = oneshot::Sender<Result<(), EtcdError>>;
 
@@ -288,12 +297,24 @@ impl Node {
         if let Some(hs) = ready.hs() {
             log.set_hard_state(&mut batch, hs);
         }
+        // A leader that is the only voter commits an entry the moment it is stored: apply
+        // it in the same write, which then is the only write this Ready needs.
+        let early = if self.sole_voter_leader()
+            && ready.entries().iter().all(|e| e.get_entry_type() == EntryType::EntryNormal)
+        {
+            self.apply_into(&mut batch, ready.entries())?
+        } else {
+            None
+        };
         if !batch.is_empty() {
             fail::fail_point!("raft_before_save", |_| Err("failpoint raft_before_save".into()));
             let start = Instant::now();
             self.backend.write(batch, ready.must_sync()).map_err(|e| format!("persisting raft log: {e}"))?;
             self.metrics.wal_fsync.observe(start.elapsed().as_secs_f64());
             fail::fail_point!("raft_after_save", |_| Err("failpoint raft_after_save".into()));
+        }
+        if let Some(applied) = early {
+            self.finish_apply(applied)?;
         }
 
         // 5. Messages that had to wait for persistence (votes, append responses).
@@ -314,6 +335,12 @@ impl Node {
         self.raw.advance_apply();
         self.status.term.store(self.raw.raft.term, Ordering::Release);
         Ok(())
+    }
+
+    /// True when this member leads and no other member votes: its log is the quorum.
+    fn sole_voter_leader(&self) -> bool {
+        let voters = self.raw.raft.prs().conf().voters();
+        self.raw.raft.state == StateRole::Leader && voters.ids().len() == 1 && voters.contains(self.cfg.id)
     }
 
     fn on_soft_state(&mut self, leader: u64, role: StateRole) {
@@ -365,54 +392,67 @@ impl Node {
 
     /// Applies committed entries in one backend batch that also records the applied index.
     fn apply(&mut self, entries: Vec<Entry>) -> Result<(), String> {
-        let Some(last) = entries.last().map(|e| e.index) else { return Ok(()) };
-        fail::fail_point!("raft_before_apply", |_| Err("failpoint raft_before_apply".into()));
         let mut batch = WriteBatch::default();
+        let Some(applied) = self.apply_into(&mut batch, &entries)? else { return Ok(()) };
+        let start = Instant::now();
+        self.backend.write(batch, false).map_err(|e| format!("persisting applied state: {e}"))?;
+        self.metrics.backend_commit.observe(start.elapsed().as_secs_f64());
+        self.finish_apply(applied)
+    }
+
+    /// Applies the entries not applied yet into `batch`, with the applied index and commit
+    /// index they reach. Nothing is visible until the batch is stored and [`Node::finish_apply`]
+    /// runs.
+    fn apply_into(&mut self, batch: &mut WriteBatch, entries: &[Entry]) -> Result<Option<Applied>, String> {
+        let fresh: Vec<&Entry> = entries.iter().filter(|e| e.index > self.applied).collect();
+        let Some(last) = fresh.last().map(|e| e.index) else { return Ok(None) };
+        fail::fail_point!("raft_before_apply", |_| Err("failpoint raft_before_apply".into()));
         let mut results = Vec::new();
         let mut own = 0i64;
-        {
-            let mut ab = self.applier.begin(&mut batch);
-            for e in &entries {
-                match e.get_entry_type() {
-                    EntryType::EntryNormal => {
-                        if e.data.is_empty() {
-                            continue; // a new leader's empty entry
-                        }
-                        let (id, result) = ab.apply_entry(&e.data);
-                        if self.waiters.contains_key(&id) {
-                            own += 1;
-                        }
-                        results.push((id, result));
+        let mut ab = self.applier.begin(batch);
+        for e in fresh {
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if e.data.is_empty() {
+                        continue; // a new leader's empty entry
                     }
-                    EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                        let cs = if e.get_entry_type() == EntryType::EntryConfChange {
-                            let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
-                            self.raw.apply_conf_change(&cc)
-                        } else {
-                            let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
-                            self.raw.apply_conf_change(&cc)
-                        }
-                        .map_err(|e| format!("applying conf change: {e}"))?;
-                        self.raw.mut_store().set_conf_state(ab.batch(), cs);
+                    let (id, result) = ab.apply_entry(&e.data);
+                    if self.waiters.contains_key(&id) {
+                        own += 1;
                     }
+                    results.push((id, result));
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let cs = if e.get_entry_type() == EntryType::EntryConfChange {
+                        let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
+                        self.raw.apply_conf_change(&cc)
+                    } else {
+                        let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
+                        self.raw.apply_conf_change(&cc)
+                    }
+                    .map_err(|e| format!("applying conf change: {e}"))?;
+                    self.raw.mut_store().set_conf_state(ab.batch(), cs);
                 }
             }
-            self.backend.put_meta_u64(ab.batch(), META_CONSISTENT_INDEX, last);
-            let commit = self.status.commit.load(Ordering::Acquire).max(last);
-            self.raw.mut_store().set_commit(ab.batch(), commit);
-            let pending = ab.finish();
-            let start = Instant::now();
-            self.backend.write(batch, false).map_err(|e| format!("persisting applied state: {e}"))?;
-            self.metrics.backend_commit.observe(start.elapsed().as_secs_f64());
-            self.applier.publish(pending);
         }
+        self.backend.put_meta_u64(ab.batch(), META_CONSISTENT_INDEX, last);
+        let commit = self.status.commit.load(Ordering::Acquire).max(last);
+        self.raw.mut_store().set_commit(ab.batch(), commit);
+        Ok(Some(Applied { last, results, own, pending: ab.finish() }))
+    }
+
+    /// Makes an applied batch that is now stored visible, and answers its proposers.
+    fn finish_apply(&mut self, a: Applied) -> Result<(), String> {
+        self.applier.publish(a.pending);
         fail::fail_point!("raft_after_apply", |_| Err("failpoint raft_after_apply".into()));
+        let last = a.last;
         self.applied = last;
         self.status.applied.store(last, Ordering::Release);
-        self.metrics.proposals_committed.set(self.status.commit.load(Ordering::Acquire).max(last) as i64);
+        self.status.commit.fetch_max(last, Ordering::AcqRel);
+        self.metrics.proposals_committed.set(self.status.commit.load(Ordering::Acquire) as i64);
         self.metrics.proposals_applied.set(last as i64);
-        self.metrics.proposals_pending.dec_by(own);
-        for (id, result) in results {
+        self.metrics.proposals_pending.dec_by(a.own);
+        for (id, result) in a.results {
             if let Some(tx) = self.waiters.remove(&id) {
                 let _ = tx.send(result);
             }

@@ -19,7 +19,7 @@ SCRATCH="${SCRATCH:-/var/tmp/etcd-bench}"
 HOST=127.0.0.1
 
 hack/install-deps.sh
-cargo build --release --locked -p etcd -p hack >/dev/null
+cargo build --release --locked -p etcd -p hack 2>&1 | grep -E '^(warning|error)' || true
 OURS="$CARGO_TARGET_DIR/release/etcd"
 READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 REAL=/usr/bin/etcd
@@ -27,12 +27,16 @@ REAL=/usr/bin/etcd
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 PID=""
-cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; rm -rf "$SCRATCH"; }
+cleanup() {
+  if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  rm -rf "$SCRATCH"
+}
 trap cleanup EXIT
 
 declare -A R
-run_one() {
-  local name=$1 bin=$2
+EP=""
+start_server() {
+  local bin=$1
   rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
   local cport pport
   cport=$(free_port); pport=$(free_port)
@@ -41,24 +45,37 @@ run_one() {
     --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
     --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/log" 2>&1 &
   PID=$!
-  local ep="$HOST:$cport"
-  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$ep" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  EP="$HOST:$cport"
+  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$EP" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+}
+stop_server() {
+  R[$1,rss]=$(( $(awk '/VmRSS/ {print $2}' /proc/$PID/status) / 1024 ))
+  R[$1,hwm]=$(( $(awk '/VmHWM/ {print $2}' /proc/$PID/status) / 1024 ))
+  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+}
+
+# Each measurement gets a fresh server and data dir, so one run's leftovers (480k deleted
+# keys after --load=l) do not distort the next.
+run_one() {
+  local name=$1 bin=$2
+  start_server "$bin"
+  local lin ser
+  lin=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS")
+  ser=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS" --serializable --no-preload)
+  R[$name,lin]=$(grep -oE 'reads/s=[0-9]+' <<<"$lin" | cut -d= -f2); R[$name,lin_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$lin" | cut -d= -f2)
+  R[$name,ser]=$(grep -oE 'reads/s=[0-9]+' <<<"$ser" | cut -d= -f2); R[$name,ser_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$ser" | cut -d= -f2)
+  stop_server "$name,reads"
   for load in $LOADS; do
+    start_server "$bin"
     local out
-    out=$(ETCDCTL_API=3 etcdctl --endpoints="$ep" check perf --load="$load" 2>&1 | tr '\r' '\n')
+    # check perf exits 1 when it FAILs; the figures are what we want either way.
+    out=$(ETCDCTL_API=3 etcdctl --endpoints="$EP" check perf --load="$load" 2>&1 | tr '\r' '\n' || true)
     R[$name,$load,tput]=$(grep -oE 'Throughput (too low: |is )[0-9]+' <<<"$out" | grep -oE '[0-9]+$' || echo 0)
     R[$name,$load,slowest]=$(grep -oE 'took( too long:)? [0-9.]+s' <<<"$out" | grep -oE '[0-9.]+' | head -1 || echo ?)
     R[$name,$load,stddev]=$(grep -oE 'Stddev (too high: |is )[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$' || echo ?)
     R[$name,$load,verdict]=$(tail -1 <<<"$out")
+    stop_server "$name,$load"
   done
-  local lin ser
-  lin=$("$READ_BENCH" --endpoint "$ep" --duration "$READ_SECONDS")
-  ser=$("$READ_BENCH" --endpoint "$ep" --duration "$READ_SECONDS" --serializable --no-preload)
-  R[$name,lin]=$(grep -oE 'reads/s=[0-9]+' <<<"$lin" | cut -d= -f2); R[$name,lin_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$lin" | cut -d= -f2)
-  R[$name,ser]=$(grep -oE 'reads/s=[0-9]+' <<<"$ser" | cut -d= -f2); R[$name,ser_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$ser" | cut -d= -f2)
-  R[$name,rss]=$(awk '/VmRSS/ {print int($2/1024)}' /proc/$PID/status)
-  R[$name,hwm]=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$PID/status)
-  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 }
 
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
@@ -79,5 +96,7 @@ printf '%-34s %14s %14s %8s\n' "linearizable reads/s" "${R[real,lin]}" "${R[ours
 printf '%-34s %14s %14s %8s\n' "  p99 (ms)" "${R[real,lin_p99]}" "${R[ours,lin_p99]}" "$(ratio "${R[ours,lin_p99]}" "${R[real,lin_p99]}")"
 printf '%-34s %14s %14s %8s\n' "serializable reads/s" "${R[real,ser]}" "${R[ours,ser]}" "$(ratio "${R[ours,ser]}" "${R[real,ser]}")"
 printf '%-34s %14s %14s %8s\n' "  p99 (ms)" "${R[real,ser_p99]}" "${R[ours,ser_p99]}" "$(ratio "${R[ours,ser_p99]}" "${R[real,ser_p99]}")"
-printf '%-34s %14s %14s %8s\n' "RSS after runs (MiB)" "${R[real,rss]}" "${R[ours,rss]}" "$(ratio "${R[ours,rss]}" "${R[real,rss]}")"
-printf '%-34s %14s %14s %8s\n' "peak RSS (MiB)" "${R[real,hwm]}" "${R[ours,hwm]}" "$(ratio "${R[ours,hwm]}" "${R[real,hwm]}")"
+printf '%-34s %14s %14s %8s\n' "RSS after reads (MiB)" "${R[real,reads,rss]}" "${R[ours,reads,rss]}" "$(ratio "${R[ours,reads,rss]}" "${R[real,reads,rss]}")"
+for load in $LOADS; do
+  printf '%-34s %14s %14s %8s\n' "peak RSS, --load=$load (MiB)" "${R[real,$load,hwm]}" "${R[ours,$load,hwm]}" "$(ratio "${R[ours,$load,hwm]}" "${R[real,$load,hwm]}")"
+done
