@@ -14,6 +14,9 @@ PACKAGES=(
   openssl
   # the durability and process tests look at processes and ports
   procps iproute2 curl
+  # the partition and linearizability tests: members in network namespaces, cut off by
+  # iptables DROP rules inside those namespaces (Debian 12: iptables-nft)
+  iptables
 )
 
 missing=()

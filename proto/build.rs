@@ -1,4 +1,5 @@
-//! Generates the etcd v3 API types (prost) and gRPC services (tonic) from `proto/`.
+//! Generates the etcd v3 API types (prost) and gRPC services (tonic) from `proto/`, and
+//! the peer protocol between this project's etcd members.
 
 use std::path::PathBuf;
 
@@ -17,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "etcd/api/etcdserverpb/etcdserver.proto",
         "etcd/api/etcdserverpb/rpc.proto",
         "etcd/api/etcdserverpb/raft_internal.proto",
+        "k8srs/etcdpeer.proto",
     ]
     .map(|p| root.join(p));
 

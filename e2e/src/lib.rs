@@ -12,6 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+pub mod netns;
 pub mod pki;
 
 /// Debian's etcdctl 3.4: the client whose behaviour the tests hold our server to.
@@ -31,6 +33,25 @@ pub fn bin(name: &str) -> PathBuf {
     let p = profile_dir.join(name);
     assert!(p.exists(), "{} not built; run `cargo build --release --bins` (hack/test.sh does)", p.display());
     p
+}
+
+/// A multi-threaded tokio runtime for a test's gRPC clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+/// A gRPC channel to a server's client port; must be called inside a runtime.
+pub fn channel(etcd: &Etcd) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", etcd.client_addr()))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect_lazy()
+}
+
+/// Parses JSON output, failing the test with the text if it is not JSON.
+pub fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }
 
 /// Waits until `f` returns Some, polling every `every`, or panics after `timeout`.
@@ -89,6 +110,19 @@ pub struct EtcdOptions {
     pub tls: Option<ServerTls>,
     /// The loopback address to use (one is picked when None).
     pub ip: Option<Ipv4Addr>,
+    /// Member name (default "test").
+    pub name: Option<String>,
+    /// Ports to use (free ones are picked when None).
+    pub client_port: Option<u16>,
+    pub peer_port: Option<u16>,
+    /// `--initial-cluster` (default: this member alone) and `--initial-cluster-state`.
+    pub initial_cluster: Option<String>,
+    pub initial_cluster_state: Option<String>,
+    /// Return without waiting for the member to be healthy (members of a new cluster only
+    /// become healthy once a quorum runs).
+    pub no_wait: bool,
+    /// Extra environment for the process (FAILPOINTS, say).
+    pub env: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug)]
@@ -102,7 +136,19 @@ pub struct ServerTls {
 
 impl Default for EtcdOptions {
     fn default() -> Self {
-        Self { flavor: Flavor::Ours, extra_args: Vec::new(), tls: None, ip: None }
+        Self {
+            flavor: Flavor::Ours,
+            extra_args: Vec::new(),
+            tls: None,
+            ip: None,
+            name: None,
+            client_port: None,
+            peer_port: None,
+            initial_cluster: None,
+            initial_cluster_state: None,
+            no_wait: false,
+            env: Vec::new(),
+        }
     }
 }
 
@@ -111,7 +157,10 @@ pub struct Etcd {
     child: Option<Child>,
     args: Vec<String>,
     binary: PathBuf,
+    /// Environment for the next (re)start.
+    pub env: Vec<(String, String)>,
     pub dir: tempfile::TempDir,
+    pub name: String,
     pub ip: Ipv4Addr,
     pub client_port: u16,
     pub peer_port: u16,
@@ -122,14 +171,15 @@ impl Etcd {
     pub fn start(opts: EtcdOptions) -> Etcd {
         let dir = tempfile::tempdir().expect("tempdir");
         let ip = opts.ip.unwrap_or_else(loopback_ip);
-        let client_port = free_port(ip);
-        let peer_port = free_port(ip);
+        let client_port = opts.client_port.unwrap_or_else(|| free_port(ip));
+        let peer_port = opts.peer_port.unwrap_or_else(|| free_port(ip));
+        let name = opts.name.clone().unwrap_or_else(|| "test".to_string());
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://{ip}:{client_port}");
         let peer_url = format!("http://{ip}:{peer_port}");
         let mut args = vec![
             "--name".to_string(),
-            "test".into(),
+            name.clone(),
             "--data-dir".into(),
             dir.path().join("data").display().to_string(),
             "--listen-client-urls".into(),
@@ -141,8 +191,11 @@ impl Etcd {
             "--initial-advertise-peer-urls".into(),
             peer_url.clone(),
             "--initial-cluster".into(),
-            format!("test={peer_url}"),
+            opts.initial_cluster.clone().unwrap_or_else(|| format!("{name}={peer_url}")),
         ];
+        if let Some(state) = &opts.initial_cluster_state {
+            args.extend(["--initial-cluster-state".to_string(), state.clone()]);
+        }
         if let Some(t) = &opts.tls {
             args.extend([
                 "--cert-file".to_string(),
@@ -159,9 +212,22 @@ impl Etcd {
             Flavor::Ours => bin("etcd"),
             Flavor::Real => PathBuf::from(REAL_ETCD),
         };
-        let mut etcd = Etcd { child: None, args, binary, dir, ip, client_port, peer_port, tls: opts.tls };
+        let mut etcd = Etcd {
+            child: None,
+            args,
+            binary,
+            env: opts.env,
+            dir,
+            name,
+            ip,
+            client_port,
+            peer_port,
+            tls: opts.tls,
+        };
         etcd.spawn();
-        etcd.wait_ready();
+        if !opts.no_wait {
+            etcd.wait_ready();
+        }
         etcd
     }
 
@@ -174,6 +240,7 @@ impl Etcd {
             std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log file");
         let child = Command::new(&self.binary)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("ETCDCTL_API")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -203,6 +270,43 @@ impl Etcd {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
+    }
+
+    /// Whether the process is still running (it may exit on its own, e.g. when removed).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends a signal (SIGSTOP/SIGCONT to pause and resume, say).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        if let Some(c) = &self.child {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+        }
+    }
+
+    /// The peer URL this member advertises.
+    pub fn peer_url(&self) -> String {
+        format!("http://{}:{}", self.ip, self.peer_port)
+    }
+
+    /// Starts the process again (after `kill9`) without waiting for it to be healthy.
+    pub fn respawn(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Waits for the process to exit on its own; returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.child.as_mut()?;
+            if let Ok(Some(status)) = c.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "etcd did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `kill -9` and reap.

@@ -332,3 +332,37 @@ fn check_perf_small_passes() {
     assert_eq!(tail[0], "PASS", "{out}");
     assert!(tail[3].contains("PASS: Throughput is"), "{out}");
 }
+
+#[test]
+fn periodic_auto_compaction_compacts_old_history() {
+    let e = Etcd::start(EtcdOptions {
+        extra_args: vec!["--auto-compaction-mode=periodic".into(), "--auto-compaction-retention=1s".into()],
+        ..Default::default()
+    });
+    // Keep writing; after the retention period the revision from a second ago is compacted.
+    let compacted = e2e::wait_for("an automatic compaction", LONG, Duration::from_millis(100), || {
+        e.etcdctl_ok(&["put", "/auto/k", "v"]);
+        let hash = json(&e.etcdctl_ok(&["endpoint", "hashkv", "-w", "json"]));
+        let rev = hash[0]["HashKV"]["compact_revision"].as_i64().unwrap_or(-1);
+        (rev > 1).then_some(rev)
+    });
+    let err = e.etcdctl(&["get", "/auto/k", &format!("--rev={}", compacted - 1)]);
+    assert!(String::from_utf8_lossy(&err.stderr).contains("required revision has been compacted"));
+}
+
+#[test]
+fn unknown_and_unimplemented_flags_are_refused() {
+    let out = std::process::Command::new(e2e::bin("etcd")).args(["--wal-dir", "/tmp/x"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--wal-dir"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(e2e::bin("etcd"))
+        .args(["--auto-compaction-mode", "weekly", "--auto-compaction-retention", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("auto-compaction-mode"));
+}

@@ -12,33 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2e::pki::Pki;
-use e2e::{ETCDCTL, Etcd, EtcdOptions, http_get, loopback_ip, wait_for};
+use e2e::{ETCDCTL, Etcd, EtcdOptions, channel, http_get, json, loopback_ip, runtime, wait_for};
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::{PutRequest, RangeRequest};
 use rand::RngCore;
-use tonic::transport::{Channel, Endpoint};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-/// A gRPC channel to `etcd`'s client port; must be called inside a runtime.
-fn channel(etcd: &Etcd) -> Channel {
-    Endpoint::from_shared(format!("http://{}", etcd.client_addr()))
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect_lazy()
-}
 
 /// The last line of etcdctl's stderr: its `Error: ...` line (clientv3 logs a JSON
 /// "retrying of unary invoker failed" warning before it).
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or_default().to_string()
-}
-
-fn json(s: &str) -> serde_json::Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -16,18 +16,13 @@ pub struct Alarms {
 
 impl Alarms {
     pub fn load(backend: &Backend) -> Result<Self, BackendError> {
-        let mut active = Vec::new();
-        backend.scan(CF_META, META_ALARM_PREFIX, |k, _| {
-            let Some(rest) = k.strip_prefix(META_ALARM_PREFIX) else { return Ok(false) };
-            if rest.len() != 12 {
-                return Err(BackendError::Corrupt(format!("alarm key {k:?}")));
-            }
-            let member_id = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
-            let alarm = i32::from_be_bytes(rest[8..].try_into().expect("4 bytes"));
-            active.push(AlarmMember { member_id, alarm });
-            Ok(true)
-        })?;
-        Ok(Self { active: Mutex::new(active) })
+        Ok(Self { active: Mutex::new(load_active(backend)?) })
+    }
+
+    /// Replaces the alarms with what the backend holds (after a raft snapshot install).
+    pub fn reload(&self, backend: &Backend) -> Result<(), BackendError> {
+        *self.active.lock() = load_active(backend)?;
+        Ok(())
     }
 
     pub fn list(&self) -> Vec<AlarmMember> {
@@ -65,6 +60,21 @@ impl Alarms {
         };
         AlarmResponse { header: None, alarms }
     }
+}
+
+fn load_active(backend: &Backend) -> Result<Vec<AlarmMember>, BackendError> {
+    let mut active = Vec::new();
+    backend.scan(CF_META, META_ALARM_PREFIX, |k, _| {
+        let Some(rest) = k.strip_prefix(META_ALARM_PREFIX) else { return Ok(false) };
+        if rest.len() != 12 {
+            return Err(BackendError::Corrupt(format!("alarm key {k:?}")));
+        }
+        let member_id = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+        let alarm = i32::from_be_bytes(rest[8..].try_into().expect("4 bytes"));
+        active.push(AlarmMember { member_id, alarm });
+        Ok(true)
+    })?;
+    Ok(active)
 }
 
 fn alarm_key(m: &AlarmMember) -> Vec<u8> {

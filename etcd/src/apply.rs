@@ -45,6 +45,8 @@ pub enum ApplyResponse {
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     Alarm(AlarmResponse),
+    /// A member's attributes were recorded.
+    Published,
 }
 
 /// A compaction whose index part is applied; the backend part runs off the apply path.
@@ -60,6 +62,7 @@ pub struct Applier {
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
     pub watchable: Arc<WatchableStore>,
+    pub members: Arc<crate::membership::Membership>,
     /// Physical compactions, run by a background thread.
     pub compactions: std::sync::mpsc::Sender<CompactionJob>,
 }
@@ -153,6 +156,17 @@ impl<'a> ApplyBatch<'a> {
             }
             let rev = txn.end();
             return Ok(ApplyResponse::LeaseRevoke(LeaseRevokeResponse { header: header(rev) }));
+        }
+        if let Some(r) = req.cluster_member_attr_set {
+            // A member publishing its name and client URLs (etcd's publish on start).
+            let members = &self.applier.members;
+            if let Some(mut m) = members.get(r.member_id) {
+                let attrs = r.member_attributes.unwrap_or_default();
+                m.name = attrs.name;
+                m.client_ur_ls = attrs.client_urls;
+                members.save(&self.applier.backend, self.writer.batch(), m);
+            }
+            return Ok(ApplyResponse::Published);
         }
         if let Some(r) = req.alarm {
             let mut resp = self.applier.alarms.apply(&self.applier.backend, self.writer.batch(), &r);

@@ -17,6 +17,8 @@ pub const MAX_QUOTA_BYTES: u64 = 8 << 30;
 #[derive(Debug, Parser)]
 #[command(name = "etcd", version = crate::SERVER_VERSION, about = "A Raft key-value store speaking the etcd v3 API")]
 pub struct Flags {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
@@ -103,6 +105,20 @@ pub struct Flags {
     pub log_level: String,
 }
 
+/// Subcommands beside running the server.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Snapshot tools.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SnapshotCommand {
+    /// Create the data dir of a member of a new cluster from a snapshot file.
+    Restore(crate::restore::RestoreArgs),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("--{flag}: {reason}")]
@@ -119,6 +135,13 @@ pub struct TlsFiles {
     pub key: PathBuf,
     pub trusted_ca: Option<PathBuf>,
     pub client_cert_auth: bool,
+}
+
+/// Whether this member starts a new cluster or joins a running one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +163,7 @@ pub struct ServerConfig {
     pub advertise_peer_urls: Vec<Url>,
     /// name → peer URLs of the initial cluster.
     pub initial_cluster: Vec<(String, Vec<Url>)>,
+    pub initial_cluster_state: ClusterState,
     pub initial_cluster_token: String,
     pub listen_metrics_urls: Vec<Url>,
     pub quota_backend_bytes: u64,
@@ -193,21 +217,16 @@ impl Flags {
             .unwrap_or_else(|| format!("{}={}", self.name, self.initial_advertise_peer_urls));
         let initial_cluster = parse_initial_cluster(&initial_cluster_raw)?;
 
-        match self.initial_cluster_state.as_str() {
-            "new" => {}
-            "existing" => {
-                return Err(invalid(
-                    "initial-cluster-state",
-                    "'existing' (joining a running cluster) needs multi-member support, which this build does not have yet",
-                ));
-            }
+        let initial_cluster_state = match self.initial_cluster_state.as_str() {
+            "new" => ClusterState::New,
+            "existing" => ClusterState::Existing,
             other => {
                 return Err(invalid(
                     "initial-cluster-state",
                     format!("unexpected value {other:?}, want 'new' or 'existing'"),
                 ));
             }
-        }
+        };
         let Some((_, own_urls)) = initial_cluster.iter().find(|(n, _)| *n == self.name) else {
             return Err(invalid(
                 "initial-cluster",
@@ -226,15 +245,6 @@ impl Flags {
                     self.name,
                     a.join(","),
                     b.join(",")
-                ),
-            ));
-        }
-        if initial_cluster.len() > 1 {
-            return Err(invalid(
-                "initial-cluster",
-                format!(
-                    "lists {} members; this build runs single-member clusters only (multi-member raft is not implemented yet)",
-                    initial_cluster.len()
                 ),
             ));
         }
@@ -306,6 +316,7 @@ impl Flags {
             listen_peer_urls,
             advertise_peer_urls,
             initial_cluster,
+            initial_cluster_state,
             initial_cluster_token: self.initial_cluster_token,
             listen_metrics_urls,
             quota_backend_bytes,
@@ -475,8 +486,12 @@ mod tests {
             "http://127.0.0.1:1",
             "--initial-cluster",
             "a=http://127.0.0.1:1,b=http://127.0.0.1:2",
+            "--initial-cluster-state",
+            "existing",
         ]);
-        assert!(multi.into_config().unwrap_err().to_string().contains("single-member"));
+        let c = multi.into_config().unwrap();
+        assert_eq!((c.initial_cluster.len(), c.initial_cluster_state), (2, ClusterState::Existing));
+        assert!(flags(&["--initial-cluster-state", "old"]).into_config().is_err());
         let mismatch = flags(&["--name", "a", "--initial-cluster", "a=http://127.0.0.1:9"]);
         assert!(mismatch.into_config().is_err());
     }

@@ -44,6 +44,24 @@ pub enum EtcdError {
     Stopped,
     #[error("etcdserver: member not found")]
     MemberNotFound,
+    #[error("etcdserver: member ID already exist")]
+    MemberExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: ID removed")]
+    IdRemoved,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStarted,
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
     #[error("etcdserver: unhealthy cluster")]
     Unhealthy,
     #[error("etcdserver: corrupt cluster")]
@@ -61,7 +79,10 @@ impl EtcdError {
         use EtcdError::*;
         match self {
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
-            | RequestTooLarge | InvalidArgument(_) => Code::InvalidArgument,
+            | RequestTooLarge | MemberBadUrls | InvalidArgument(_) => Code::InvalidArgument,
+            MemberExists | PeerUrlExists | IdRemoved | MemberNotLearner | LearnerNotReady
+            | NotEnoughStarted | BadLeaderTransferee => Code::FailedPrecondition,
+            LeaderTransferTimeout => Code::DeadlineExceeded,
             Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
             NoSpace => Code::ResourceExhausted,
             LeaseExist => Code::FailedPrecondition,

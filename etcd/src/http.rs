@@ -81,11 +81,7 @@ impl Service<Request<Incoming>> for ClientMux {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let is_grpc = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if is_grpc {
+        if is_grpc(&req) {
             let mut grpc = self.grpc.clone();
             return Box::pin(async move {
                 let mut resp = tower::Service::call(&mut grpc, req).await?;
@@ -158,19 +154,27 @@ async fn plain_http(endpoints: &EndpointsService, req: Request<Incoming>) -> Res
     endpoints.respond(req.method(), req.uri()).await.map(|b| b.map_err(|never| match never {}).boxed_unsync())
 }
 
-/// The peer port: membership and version, as etcd's peer handler serves them. Raft
-/// traffic between members arrives with multi-member support.
+/// The peer port: the peer gRPC service, and membership and version over plain HTTP as
+/// etcd's peer handler serves them.
 #[derive(Clone)]
-pub struct PeerHandler {
+pub struct PeerMux {
+    pub grpc: tonic::service::Routes,
     pub server: Arc<EtcdServer>,
 }
 
-impl Service<Request<Incoming>> for PeerHandler {
+impl Service<Request<Incoming>> for PeerMux {
     type Response = Response<BoxBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
+        if is_grpc(&req) {
+            let mut grpc = self.grpc.clone();
+            return Box::pin(async move {
+                let resp = tower::Service::call(&mut grpc, req).await?;
+                Ok(resp.map(|b| b.map_err(|s| Box::new(s) as BoxError).boxed_unsync()))
+            });
+        }
         let server = self.server.clone();
         Box::pin(async move {
             Ok(match req.uri().path() {
@@ -180,6 +184,10 @@ impl Service<Request<Incoming>> for PeerHandler {
             })
         })
     }
+}
+
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 fn json_str(s: &str) -> String {

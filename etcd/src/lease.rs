@@ -55,16 +55,21 @@ impl Lessor {
     /// Restores the leases stored in the backend. Keys are attached later, as the key-value
     /// store is restored (see [`Lessor::attach`]).
     pub fn open(backend: &Arc<Backend>, min_ttl: i64) -> Result<Self, BackendError> {
-        let mut state = State::default();
-        backend.scan(CF_LEASE, &[], |k, v| {
-            let (Ok(id), Ok(ttl)) = (<[u8; 8]>::try_from(k), <[u8; 8]>::try_from(v)) else {
-                return Err(BackendError::Corrupt(format!("bad lease record {k:?}")));
-            };
-            let lease = Lease { ttl: i64::from_be_bytes(ttl), expiry: None, keys: BTreeSet::new() };
-            state.leases.insert(i64::from_be_bytes(id), lease);
-            Ok(true)
-        })?;
-        Ok(Self { state: Mutex::new(state), min_ttl })
+        Ok(Self { state: Mutex::new(load_state(backend)?), min_ttl })
+    }
+
+    /// Replaces every lease with what the backend holds (after a raft snapshot install);
+    /// the caller attaches keys again. A primary keeps tracking expiry, from now.
+    pub fn reload(&self, backend: &Arc<Backend>, extend: Duration) -> Result<(), BackendError> {
+        let fresh = load_state(backend)?;
+        let mut st = self.state.lock();
+        let primary = st.primary;
+        *st = fresh;
+        drop(st);
+        if primary {
+            self.promote(extend);
+        }
+        Ok(())
     }
 
     pub fn min_ttl(&self) -> i64 {
@@ -202,6 +207,19 @@ impl Lessor {
         }
         out
     }
+}
+
+fn load_state(backend: &Arc<Backend>) -> Result<State, BackendError> {
+    let mut state = State::default();
+    backend.scan(CF_LEASE, &[], |k, v| {
+        let (Ok(id), Ok(ttl)) = (<[u8; 8]>::try_from(k), <[u8; 8]>::try_from(v)) else {
+            return Err(BackendError::Corrupt(format!("bad lease record {k:?}")));
+        };
+        let lease = Lease { ttl: i64::from_be_bytes(ttl), expiry: None, keys: BTreeSet::new() };
+        state.leases.insert(i64::from_be_bytes(id), lease);
+        Ok(true)
+    })?;
+    Ok(state)
 }
 
 fn detach_locked(st: &mut State, key: &[u8]) {

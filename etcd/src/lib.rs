@@ -11,6 +11,9 @@
 //! - [`apply`]: committed entries → state changes, with etcd's request semantics.
 //! - [`mvcc`]: revisions, the key index, the key-value store and watchers.
 //! - [`lease`], [`alarm`], [`membership`]: the rest of the replicated state.
+//! - [`bootstrap`]: a new cluster, a restart, or joining a running cluster.
+//! - [`peer`]: the transport between members (raft messages, snapshots, leader calls);
+//!   [`snapshotter`] makes the snapshots a lagging member is sent.
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Cluster, Maintenance).
 //! - [`http`]: `/metrics`, `/health`, `/version` beside gRPC on the client port; the peer port.
 //! - [`snapshot`], [`compactor`], [`metrics`], [`idgen`], [`raft_logger`].
@@ -22,6 +25,7 @@
 pub mod alarm;
 pub mod apply;
 pub mod backend;
+pub mod bootstrap;
 pub mod compactor;
 pub mod config;
 pub mod error;
@@ -32,10 +36,13 @@ pub mod membership;
 pub mod metrics;
 pub mod mvcc;
 pub mod node;
+pub mod peer;
 pub mod raft_logger;
 pub mod raftlog;
+pub mod restore;
 pub mod server;
 pub mod snapshot;
+pub mod snapshotter;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -43,12 +50,11 @@ use std::sync::Arc;
 
 use component_base::http::{ServeOptions, serve};
 use component_base::shutdown::Shutdown;
+use proto::etcdpeer::peer_server::PeerServer;
 use proto::etcdserverpb::{
     cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
     maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
-use raft::eraftpb::ConfState;
-use rocksdb::WriteBatch;
 use tokio::net::TcpListener;
 use url::Url;
 
@@ -57,12 +63,14 @@ use crate::apply::{Applier, CompactionJob};
 use crate::backend::Backend;
 use crate::config::ServerConfig;
 use crate::lease::Lessor;
-use crate::membership::{Member, Membership};
 use crate::metrics::Metrics;
 use crate::mvcc::{KvStore, WatchableStore};
-use crate::node::{META_CONSISTENT_INDEX, NoPeers, Node, NodeConfig, NodeHandle, RaftStatus};
+use crate::node::{META_CONSISTENT_INDEX, Node, NodeConfig, NodeHandle, RaftStatus};
+use crate::peer::service::PeerService;
+use crate::peer::{Identity, PeerClients, PeerTransport};
 use crate::raftlog::RaftLog;
 use crate::server::{EtcdServer, Limits};
+use crate::snapshotter::Snapshotter;
 
 /// The etcd version this server reports (`Status.version`, `/version`).
 pub const SERVER_VERSION: &str = "3.4.23";
@@ -123,27 +131,9 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     let db_dir = cfg.data_dir.join("member").join("db");
     create_private_dir(&db_dir)?;
     let backend = Arc::new(Backend::open(&db_dir)?);
-
-    let peer_urls: Vec<String> = cfg.advertise_peer_urls.iter().map(url_string).collect();
-    let local_id = membership::member_id(&peer_urls, &cfg.initial_cluster_token);
-    let members = Arc::new(match Membership::load(&backend, local_id)? {
-        Some(m) => {
-            if m.local().is_none() {
-                return Err(StartError::Membership(format!(
-                    "member {local_id:x} (from --initial-advertise-peer-urls and --initial-cluster-token) is not in the cluster stored in {}",
-                    cfg.data_dir.display()
-                )));
-            }
-            let mut own = m.local().expect("checked");
-            own.name = cfg.name.clone();
-            own.client_ur_ls = cfg.advertise_client_urls.iter().map(url_string).collect();
-            let mut batch = WriteBatch::default();
-            m.save(&backend, &mut batch, own);
-            backend.write(batch, true)?;
-            m
-        }
-        None => bootstrap(&cfg, &backend, local_id)?,
-    });
+    let peer_client_tls = peer_client_tls(cfg.peer_tls.as_ref())?;
+    let members = Arc::new(bootstrap::membership(&cfg, &backend, peer_client_tls.clone()).await?);
+    let local_id = members.local_id;
     tracing::info!(
         member = format!("{local_id:x}"),
         cluster = format!("{:x}", members.cluster_id),
@@ -152,7 +142,10 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     );
 
     let applied = backend.get_meta_u64(META_CONSISTENT_INDEX)?.unwrap_or(0);
-    let raft_log = RaftLog::open(backend.clone(), applied + 1)?;
+    let mut raft_log = RaftLog::open(backend.clone(), applied + 1)?;
+    let snapshotter = Snapshotter::new(cfg.data_dir.join("member").join("snap"), backend.clone())
+        .map_err(|source| StartError::DataDir { path: cfg.data_dir.join("member/snap"), source })?;
+    raft_log.set_snapshotter(snapshotter.clone());
     let (store, leased_keys) = KvStore::open(backend.clone())?;
     let store = Arc::new(store);
     let lessor = Arc::new(Lessor::open(&backend, cfg.min_lease_ttl())?);
@@ -164,32 +157,16 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     let metrics = Arc::new(Metrics::new(SERVER_VERSION, cfg.quota_backend_bytes));
     metrics.register_store(backend.clone(), store.clone(), watchable.clone());
 
-    let (compact_tx, compact_rx) = std::sync::mpsc::channel::<CompactionJob>();
-    {
-        let store = store.clone();
-        std::thread::Builder::new()
-            .name("compaction".into())
-            .spawn(move || {
-                for job in compact_rx {
-                    if let Err(e) = store.physical_compact(job.at, &job.keep) {
-                        tracing::error!(revision = job.at, "compaction failed: {e}");
-                    } else {
-                        tracing::info!(revision = job.at, "finished compaction");
-                    }
-                    if let Some(done) = job.done {
-                        let _ = done.send(());
-                    }
-                }
-            })
-            .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
-    }
+    let compactions = spawn_compaction_thread(store.clone())
+        .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
     let applier = Applier {
         backend: backend.clone(),
         store: store.clone(),
         lessor: lessor.clone(),
         alarms: alarms.clone(),
         watchable: watchable.clone(),
-        compactions: compact_tx,
+        members: members.clone(),
+        compactions,
     };
 
     let raft_cfg = raft::Config {
@@ -206,12 +183,22 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     let raw = raft::RawNode::new(&raft_cfg, raft_log, &raft_logger::logger())?;
     let status = Arc::new(RaftStatus { id: local_id, ..Default::default() });
     let (node_tx, node_rx) = std::sync::mpsc::channel();
+    let peers = Arc::new(PeerClients::default());
+    let transport = PeerTransport::new(
+        Identity { cluster_id: members.cluster_id, member_id: local_id },
+        peer_client_tls,
+        tokio::runtime::Handle::current(),
+        node_tx.clone(),
+        snapshotter.clone(),
+        peers.clone(),
+        metrics.clone(),
+    );
     let node = Node::new(
         raw,
         applier,
         status.clone(),
         metrics.clone(),
-        Box::new(NoPeers),
+        Box::new(transport),
         NodeConfig {
             id: local_id,
             tick: cfg.heartbeat,
@@ -223,7 +210,14 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
     );
     std::thread::Builder::new()
         .name("raft".into())
-        .spawn(move || node.run(node_rx))
+        .spawn(move || {
+            // A panic here would leave a member that answers nothing: stop the process.
+            let run = std::panic::AssertUnwindSafe(move || node.run(node_rx));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("the raft thread panicked; exiting");
+                std::process::exit(2);
+            }
+        })
         .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
 
     let server = Arc::new(EtcdServer::new(
@@ -234,6 +228,7 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         alarms,
         members,
         NodeHandle { tx: node_tx, status },
+        peers,
         metrics,
         Limits {
             max_request_bytes: cfg.max_request_bytes,
@@ -241,6 +236,8 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
             quota_backend_bytes: cfg.quota_backend_bytes,
             request_timeout: cfg.request_timeout(),
             watch_progress_notify_interval: cfg.watch_progress_notify_interval,
+            election_timeout: cfg.election_timeout,
+            initial_cluster_token: cfg.initial_cluster_token.clone(),
         },
     ));
 
@@ -250,6 +247,13 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         tokio::spawn(server::watch::run_progress_loop(server.clone(), stop_rx.clone())),
         tokio::spawn(server::lease::run_expiry_loop(server.clone(), stop_rx.clone())),
         tokio::spawn(compactor::run(server.clone(), cfg.auto_compaction, stop_rx.clone())),
+        tokio::spawn(server::cluster::publish_attributes(
+            server.clone(),
+            cfg.name.clone(),
+            cfg.advertise_client_urls.iter().map(url_string).collect(),
+            stop_rx.clone(),
+        )),
+        tokio::spawn(peer::probe::run(server.clone(), stop_rx.clone())),
     ];
     // Background loops stop when the listeners do.
     {
@@ -298,6 +302,12 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         lenient_h2_authority: true,
         ..Default::default()
     };
+    let peer_service = PeerServer::new(PeerService { server: server.clone(), snapshotter })
+        .max_decoding_message_size(peer::connect::MAX_PEER_MESSAGE)
+        .max_encoding_message_size(peer::connect::MAX_PEER_MESSAGE);
+    let peer_mux =
+        http::PeerMux { grpc: tonic::service::Routes::new(peer_service).prepare(), server: server.clone() };
+    let peer_opts = ServeOptions { http2_max_concurrent_streams: Some(1024), ..Default::default() };
 
     let client_addrs =
         listen(&cfg.listen_client_urls, &client_tls, mux, client_opts, &shutdown, &mut tasks).await?;
@@ -311,12 +321,36 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         &mut tasks,
     )
     .await?;
-    let peer = http::PeerHandler { server: server.clone() };
     let peer_addrs =
-        listen(&cfg.listen_peer_urls, &peer_tls, peer, ServeOptions::default(), &shutdown, &mut tasks)
-            .await?;
+        listen(&cfg.listen_peer_urls, &peer_tls, peer_mux, peer_opts, &shutdown, &mut tasks).await?;
     tracing::info!(client = ?client_addrs, metrics = ?metrics_addrs, peer = ?peer_addrs, "serving");
     Ok(Running { client_addrs, metrics_addrs, peer_addrs, server, tasks, stop })
+}
+
+/// The thread that deletes compacted revisions from the backend.
+fn spawn_compaction_thread(store: Arc<KvStore>) -> std::io::Result<std::sync::mpsc::Sender<CompactionJob>> {
+    let (tx, rx) = std::sync::mpsc::channel::<CompactionJob>();
+    std::thread::Builder::new().name("compaction".into()).spawn(move || {
+        for job in rx {
+            if let Err(e) = store.physical_compact(job.at, &job.keep) {
+                tracing::error!(revision = job.at, "compaction failed: {e}");
+            } else {
+                tracing::info!(revision = job.at, "finished compaction");
+            }
+            if let Some(done) = job.done {
+                let _ = done.send(());
+            }
+        }
+    })?;
+    Ok(tx)
+}
+
+/// The TLS client configuration members use towards each other's peer URLs.
+fn peer_client_tls(
+    files: Option<&config::TlsFiles>,
+) -> Result<Option<Arc<rustls::ClientConfig>>, StartError> {
+    let Some(t) = files else { return Ok(None) };
+    Ok(Some(component_base::tls::client_config(t.trusted_ca.as_deref(), Some((&t.cert, &t.key)), &[b"h2"])?))
 }
 
 /// The TLS configuration of a listener (h2 for gRPC, HTTP/1.1 for the rest); client
@@ -363,39 +397,8 @@ where
     Ok(addrs)
 }
 
-/// Writes the first state of a new cluster: its members and the raft configuration.
-fn bootstrap(cfg: &ServerConfig, backend: &Arc<Backend>, local_id: u64) -> Result<Membership, StartError> {
-    let members: Vec<Member> = cfg
-        .initial_cluster
-        .iter()
-        .map(|(name, urls)| {
-            let peer: Vec<String> = urls.iter().map(url_string).collect();
-            let id = membership::member_id(&peer, &cfg.initial_cluster_token);
-            let own = id == local_id;
-            Member {
-                id,
-                name: name.clone(),
-                peer_ur_ls: peer,
-                client_ur_ls: if own {
-                    cfg.advertise_client_urls.iter().map(url_string).collect()
-                } else {
-                    Vec::new()
-                },
-                is_learner: false,
-            }
-        })
-        .collect();
-    let voters: Vec<u64> = members.iter().map(|m| m.id).collect();
-    let mut batch = WriteBatch::default();
-    let m = Membership::bootstrap(backend, &mut batch, local_id, members);
-    let mut log = RaftLog::open(backend.clone(), 1)?;
-    log.bootstrap(&mut batch, ConfState::from((voters, vec![])));
-    backend.write(batch, true)?;
-    Ok(m)
-}
-
 /// etcd prints URLs without a trailing slash.
-fn url_string(u: &Url) -> String {
+pub(crate) fn url_string(u: &Url) -> String {
     u.as_str().trim_end_matches('/').to_string()
 }
 
@@ -406,7 +409,7 @@ async fn bind(url: &Url) -> Result<TcpListener, StartError> {
     TcpListener::bind((host, port)).await.map_err(|source| StartError::Listen { url: url.clone(), source })
 }
 
-fn create_private_dir(path: &Path) -> Result<(), StartError> {
+pub(crate) fn create_private_dir(path: &Path) -> Result<(), StartError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -16,6 +16,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use crate::backend::Backend;
 use crate::mvcc::{KvStore, WatchableStore};
 
+/// A histogram per peer (label `To`), as etcd's network metrics are.
+type PerPeerHistogram = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
+
 pub struct Metrics {
     pub registry: Registry,
     pub has_leader: Gauge,
@@ -27,6 +30,8 @@ pub struct Metrics {
     pub proposals_failed: Counter,
     pub wal_fsync: Histogram,
     pub backend_commit: Histogram,
+    peer_rtt: PerPeerHistogram,
+    pub peer_sent_failures: Counter,
 }
 
 impl Metrics {
@@ -44,6 +49,8 @@ impl Metrics {
             proposals_failed: Counter::default(),
             wal_fsync: disk_buckets(),
             backend_commit: disk_buckets(),
+            peer_rtt: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16))),
+            peer_sent_failures: Counter::default(),
         };
         let r = &m.registry;
         r.register(
@@ -92,6 +99,16 @@ impl Metrics {
             "The latency distributions of commit called by backend",
             m.backend_commit.clone(),
         );
+        r.register(
+            "etcd_network_peer_round_trip_time_seconds",
+            "Round-Trip-Time histogram between peers",
+            m.peer_rtt.clone(),
+        );
+        r.register(
+            "etcd_network_peer_sent_failures",
+            "The total number of send failures to peers",
+            m.peer_sent_failures.clone(),
+        );
         let quota: Gauge = Gauge::default();
         quota.set(quota_bytes as i64);
         r.register("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes", quota);
@@ -103,6 +120,11 @@ impl Metrics {
             versions,
         );
         m
+    }
+
+    /// The round-trip time histogram towards one peer (hex id).
+    pub fn peer_rtt(&self, peer: &str) -> Histogram {
+        self.peer_rtt.get_or_create(&vec![("To".to_string(), peer.to_string())]).clone()
     }
 
     /// Adds the metrics read from the store at scrape time.

@@ -15,12 +15,17 @@ use raft::{GetEntriesContext, RaftState, StorageError};
 use rocksdb::WriteBatch;
 
 use crate::backend::{Backend, BackendError, CF_RAFT};
+use crate::snapshotter::Snapshotter;
 
 const KEY_HARD_STATE: &[u8] = b"\x00hardstate";
 const KEY_CONF_STATE: &[u8] = b"\x00confstate";
 /// (index, term) of the last entry removed by log compaction.
 const KEY_COMPACTED: &[u8] = b"\x00compacted";
 const ENTRY_PREFIX: u8 = 0x01;
+
+/// Where the log of a new cluster starts (see [`RaftLog::bootstrap`]).
+pub const BOOTSTRAP_INDEX: u64 = 1;
+const BOOTSTRAP_TERM: u64 = 1;
 
 fn entry_key(index: u64) -> [u8; 9] {
     let mut k = [ENTRY_PREFIX; 9];
@@ -38,6 +43,9 @@ pub struct RaftLog {
     last_index: u64,
     /// Consecutive entries ending at `last_index`.
     cache: VecDeque<Entry>,
+    /// The index the state machine has applied (what a snapshot would capture).
+    applied: u64,
+    snapshotter: Option<Arc<Snapshotter>>,
 }
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> BackendError {
@@ -71,6 +79,8 @@ impl RaftLog {
             compacted_term,
             last_index: compacted_index,
             cache: VecDeque::new(),
+            applied: cache_from.saturating_sub(1),
+            snapshotter: None,
         };
         let from = cache_from.max(compacted_index + 1);
         let mut expected = compacted_index + 1;
@@ -94,9 +104,48 @@ impl RaftLog {
         Ok(log)
     }
 
-    /// Starts a fresh log whose configuration is `conf_state` (a new cluster's voters).
+    /// Starts the log of a new cluster: every initial member begins identically, as if
+    /// entry 1 of term 1 had set `conf_state` and been compacted away. A member that
+    /// joins later has nothing, so the leader must send it a snapshot, which carries the
+    /// whole configuration.
     pub fn bootstrap(&mut self, batch: &mut WriteBatch, conf_state: ConfState) {
         self.set_conf_state(batch, conf_state);
+        self.set_compacted(batch, BOOTSTRAP_INDEX, BOOTSTRAP_TERM);
+        self.last_index = BOOTSTRAP_INDEX;
+        let hs = HardState { term: BOOTSTRAP_TERM, commit: BOOTSTRAP_INDEX, ..Default::default() };
+        self.set_hard_state(batch, &hs);
+    }
+
+    /// Snapshots for lagging members come from here.
+    pub fn set_snapshotter(&mut self, s: Arc<Snapshotter>) {
+        self.snapshotter = Some(s);
+    }
+
+    /// Records how far the state machine has applied.
+    pub fn set_applied(&mut self, applied: u64) {
+        self.applied = applied;
+    }
+
+    /// Replaces the log with a snapshot's position: every entry goes, the log continues
+    /// after the snapshot's index.
+    pub fn apply_snapshot(&mut self, batch: &mut WriteBatch, index: u64, term: u64, conf_state: ConfState) {
+        let cf = self.backend.cf(CF_RAFT);
+        batch.delete_range_cf(cf, entry_key(0), entry_key(u64::MAX));
+        self.cache.clear();
+        self.set_compacted(batch, index, term);
+        self.last_index = index;
+        self.set_conf_state(batch, conf_state);
+        self.set_commit(batch, index);
+        self.applied = index;
+    }
+
+    fn set_compacted(&mut self, batch: &mut WriteBatch, index: u64, term: u64) {
+        let mut v = Vec::with_capacity(16);
+        v.extend_from_slice(&index.to_be_bytes());
+        v.extend_from_slice(&term.to_be_bytes());
+        batch.put_cf(self.backend.cf(CF_RAFT), KEY_COMPACTED, v);
+        self.compacted_index = index;
+        self.compacted_term = term;
     }
 
     pub fn hard_state(&self) -> &HardState {
@@ -173,12 +222,7 @@ impl RaftLog {
         let term = self.term_of(index)?;
         let cf = self.backend.cf(CF_RAFT);
         batch.delete_range_cf(cf, entry_key(self.compacted_index + 1), entry_key(index + 1));
-        let mut v = Vec::with_capacity(16);
-        v.extend_from_slice(&index.to_be_bytes());
-        v.extend_from_slice(&term.to_be_bytes());
-        batch.put_cf(cf, KEY_COMPACTED, v);
-        self.compacted_index = index;
-        self.compacted_term = term;
+        self.set_compacted(batch, index, term);
         self.release_cache(index);
         Ok(())
     }
@@ -259,11 +303,16 @@ impl raft::Storage for RaftLog {
         Ok(self.last_index)
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // Only a lagging peer asks for a snapshot; a single-member cluster has none. The
-        // state-machine snapshot sent over the peer transport arrives with multi-member
-        // support; until then raft retries later instead of receiving a wrong snapshot.
-        Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let unavailable = raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable);
+        let Some(snapshotter) = &self.snapshotter else { return Err(unavailable) };
+        let applied = self.applied;
+        let file = snapshotter.get_or_start(request_index, || {
+            let term = self.term_of(applied).unwrap_or(self.compacted_term);
+            (applied, term, self.conf_state.clone())
+        });
+        // raft asks again later while the file is being written.
+        file.map(|f| f.to_raft()).ok_or(unavailable)
     }
 }
 

@@ -36,15 +36,25 @@ type RecordVisitor<'a> = dyn FnMut(u8, &[u8], &[u8]) -> io::Result<()> + 'a;
 /// how many bytes remain; the data is read twice from one rocksdb snapshot for that.
 pub fn write(
     backend: &Backend,
+    sink: impl FnMut(u64, &[u8]) -> io::Result<()>,
+    chunk: usize,
+) -> io::Result<u64> {
+    let snap = backend.db().snapshot();
+    write_from(backend, &snap, sink, chunk)
+}
+
+/// [`write`], from a rocksdb snapshot the caller took (so it can be tied to a raft index).
+pub fn write_from(
+    backend: &Backend,
+    snap: &rocksdb::SnapshotWithThreadMode<'_, rocksdb::DB>,
     mut sink: impl FnMut(u64, &[u8]) -> io::Result<()>,
     chunk: usize,
 ) -> io::Result<u64> {
     let db = backend.db();
-    let snap = db.snapshot();
     let iterate = |f: &mut RecordVisitor<'_>| -> io::Result<()> {
         for (id, cf) in FAMILIES {
             let mut ro = ReadOptions::default();
-            ro.set_snapshot(&snap);
+            ro.set_snapshot(snap);
             ro.fill_cache(false);
             for item in db.iterator_cf_opt(backend.cf(cf), ro, IteratorMode::Start) {
                 let (k, v) = item.map_err(io::Error::other)?;
@@ -140,6 +150,41 @@ pub fn read(mut r: impl Read) -> io::Result<Vec<Record>> {
         out.push(Record { cf, key: k.to_vec(), value: v.to_vec() });
         p += 9 + klen + vlen;
     }
+}
+
+/// Reads and verifies a snapshot file.
+pub fn read_file(path: &std::path::Path) -> io::Result<Vec<Record>> {
+    read(std::io::BufReader::new(std::fs::File::open(path)?))
+}
+
+/// Checks a snapshot file's layout and checksum without keeping it in memory.
+pub fn verify_file(path: &std::path::Path) -> io::Result<()> {
+    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {m}"));
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if len < (MAGIC.len() + 32) as u64 || len % PAD as u64 != 32 {
+        return Err(bad("size is not a multiple of 512 plus a sha256 trailer"));
+    }
+    let mut hasher = Sha256::new();
+    let mut left = len - 32;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut first = true;
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        f.read_exact(&mut buf[..want])?;
+        if first && &buf[..MAGIC.len()] != MAGIC {
+            return Err(bad("not a snapshot of this server"));
+        }
+        first = false;
+        hasher.update(&buf[..want]);
+        left -= want as u64;
+    }
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer)?;
+    if hasher.finalize().as_slice() != trailer {
+        return Err(bad("sha256 mismatch"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

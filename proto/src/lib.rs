@@ -31,6 +31,13 @@ pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
 }
 
+/// `etcdpeer`: this project's protocol between etcd members (raft messages, snapshots,
+/// leader-only lease calls).
+#[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
+pub mod etcdpeer {
+    tonic::include_proto!("etcdpeer");
+}
+
 #[cfg(test)]
 mod tests {
     use super::etcdserverpb::*;

@@ -71,7 +71,8 @@ pub struct RangeOptions {
 #[derive(Debug, Default)]
 pub struct RangeResult {
     pub kvs: Vec<KeyValue>,
-    /// The revision the range was read at.
+    /// The store's revision when the range was read (what the response header carries,
+    /// even for a read in the past, as etcd's does).
     pub rev: i64,
     /// Number of keys in the range, regardless of `limit`.
     pub count: usize,
@@ -93,40 +94,39 @@ impl KvStore {
     /// Revisions start at 1, as etcd's do: an empty store is at revision 1. Also returns
     /// the live keys that are attached to a lease, for the lessor to restore.
     pub fn open(backend: Arc<Backend>) -> Result<(Self, LeasedKeys)> {
-        let current = backend.get_meta_u64(META_CURRENT_REV)?.map_or(1, |v| v as i64);
-        let scheduled = backend.get_meta_u64(META_SCHEDULED_COMPACT)?.unwrap_or(0) as i64;
-        let mut index = TreeIndex::default();
-        let mut max_rev = 1;
-        let mut leased: HashMap<Vec<u8>, i64> = HashMap::new();
-        backend.scan(CF_KEY, &[], |k, v| {
-            let Some((rev, tombstone)) = Revision::from_key(k) else {
-                return Err(BackendError::Corrupt(format!("bad revision key {k:?}")));
-            };
-            let kv = KeyValue::decode(v).map_err(|e| {
-                BackendError::Corrupt(format!("value at revision {rev} does not decode: {e}"))
-            })?;
-            index.restore(&kv.key, rev, tombstone, kv.create_revision, kv.version);
-            if tombstone || kv.lease == 0 {
-                leased.remove(&kv.key);
-            } else {
-                leased.insert(kv.key, kv.lease);
-            }
-            max_rev = max_rev.max(rev.main);
-            Ok(true)
-        })?;
+        let loaded = Loaded::read(&backend)?;
         let store = Self {
             backend,
-            index: RwLock::new(index),
-            current_rev: AtomicI64::new(current.max(max_rev).max(scheduled)),
-            compact_rev: AtomicI64::new(scheduled),
+            index: RwLock::new(TreeIndex::default()),
+            current_rev: AtomicI64::new(0),
+            compact_rev: AtomicI64::new(0),
             compaction: Mutex::new(()),
         };
+        let leased = store.install(loaded)?;
+        Ok((store, leased))
+    }
+
+    /// Rebuilds the store from the backend after its contents were replaced wholesale (a
+    /// raft snapshot was installed). Returns the leased keys, as [`KvStore::open`] does.
+    pub fn reload(&self) -> Result<LeasedKeys> {
+        let loaded = Loaded::read(&self.backend)?;
+        self.install(loaded)
+    }
+
+    fn install(&self, loaded: Loaded) -> Result<LeasedKeys> {
+        let scheduled = loaded.scheduled_compact;
+        {
+            let mut index = self.index.write();
+            *index = loaded.index;
+            self.current_rev.store(loaded.current, Ordering::Release);
+            self.compact_rev.store(scheduled, Ordering::Release);
+        }
         if scheduled > 0 {
             // Finish a compaction a crash interrupted (or redo it: deleting is idempotent).
-            let keep = store.index.write().compact(scheduled);
-            store.physical_compact(scheduled, &keep)?;
+            let keep = self.index.write().compact(scheduled);
+            self.physical_compact(scheduled, &keep)?;
         }
-        Ok((store, leased.into_iter().collect()))
+        Ok(loaded.leased)
     }
 
     pub fn current_rev(&self) -> i64 {
@@ -153,10 +153,11 @@ impl KvStore {
         // the index together; the backend snapshot, taken under the lock, keeps the
         // revisions found here from being deleted before they are read.
         let index = self.index.read();
-        let rev = check_rev(opts.rev, self.current_rev(), self.compact_rev())?;
+        let current = self.current_rev();
+        let rev = check_rev(opts.rev, current, self.compact_rev())?;
         if opts.count_only {
             let (_, count) = index.revisions(range, rev, 1);
-            return Ok(RangeResult { kvs: Vec::new(), rev, count });
+            return Ok(RangeResult { kvs: Vec::new(), rev: current, count });
         }
         let (revs, count) = index.revisions(range, rev, opts.limit);
         let snapshot = self.backend.db().snapshot();
@@ -164,7 +165,7 @@ impl KvStore {
         let mut ro = ReadOptions::default();
         ro.set_snapshot(&snapshot);
         let kvs = self.fetch(&revs, ro, &HashMap::new())?;
-        Ok(RangeResult { kvs, rev, count })
+        Ok(RangeResult { kvs, rev: current, count })
     }
 
     /// Reads the values of `revs` (none of them tombstones), from `pending` or the backend.
@@ -466,6 +467,46 @@ impl TxnWriter<'_, '_> {
             self.w.rev = self.main;
         }
         self.w.rev
+    }
+}
+
+/// What the backend holds, read into memory.
+struct Loaded {
+    index: TreeIndex,
+    current: i64,
+    scheduled_compact: i64,
+    leased: LeasedKeys,
+}
+
+impl Loaded {
+    fn read(backend: &Backend) -> Result<Self> {
+        let current = backend.get_meta_u64(META_CURRENT_REV)?.map_or(1, |v| v as i64);
+        let scheduled = backend.get_meta_u64(META_SCHEDULED_COMPACT)?.unwrap_or(0) as i64;
+        let mut index = TreeIndex::default();
+        let mut max_rev = 1;
+        let mut leased: HashMap<Vec<u8>, i64> = HashMap::new();
+        backend.scan(CF_KEY, &[], |k, v| {
+            let Some((rev, tombstone)) = Revision::from_key(k) else {
+                return Err(BackendError::Corrupt(format!("bad revision key {k:?}")));
+            };
+            let kv = KeyValue::decode(v).map_err(|e| {
+                BackendError::Corrupt(format!("value at revision {rev} does not decode: {e}"))
+            })?;
+            index.restore(&kv.key, rev, tombstone, kv.create_revision, kv.version);
+            if tombstone || kv.lease == 0 {
+                leased.remove(&kv.key);
+            } else {
+                leased.insert(kv.key, kv.lease);
+            }
+            max_rev = max_rev.max(rev.main);
+            Ok(true)
+        })?;
+        Ok(Self {
+            index,
+            current: current.max(max_rev).max(scheduled),
+            scheduled_compact: scheduled,
+            leased: leased.into_iter().collect(),
+        })
     }
 }
 

@@ -230,6 +230,21 @@ impl WatchableStore {
         }
     }
 
+    /// Moves every synced watcher to catching up, positioned after `seen` (the newest
+    /// revision they have been sent): used when the store was replaced by a snapshot, so
+    /// they continue from the new history (or learn it was compacted).
+    pub fn resync_all(&self, seen: i64) {
+        let mut groups = self.groups.lock();
+        let keys: Vec<WatcherKey> = groups.synced.keys().copied().collect();
+        for key in keys {
+            let mut w = groups.remove_synced(&key).expect("listed");
+            w.min_rev = w.min_rev.max(seen + 1);
+            groups.unsynced.insert(key, w);
+        }
+        drop(groups);
+        self.wake.notify_one();
+    }
+
     /// Sends a progress notification to synced watchers that asked for them.
     pub fn notify_progress(&self) {
         let rev = self.store.current_rev();
@@ -345,7 +360,8 @@ impl WatchableStore {
             let sent = if events.is_empty() {
                 Ok(())
             } else {
-                w.tx.try_send(WatchMsg::Events { watch_id: key.id, events, revision: last_read })
+                // Catch-up responses carry the revision the store had when they were read.
+                w.tx.try_send(WatchMsg::Events { watch_id: key.id, events, revision: snapshot_rev })
             };
             match sent {
                 Ok(()) => {

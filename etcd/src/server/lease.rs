@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
+use proto::etcdpeer as peer;
 use proto::etcdserverpb::lease_server::Lease;
 use proto::etcdserverpb::{
     InternalRaftRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
@@ -85,7 +86,7 @@ impl Lease for LeaseService {
                     }
                 };
                 // An unknown lease is answered with TTL 0, which clients read as "not found".
-                let ttl = match server.lessor.renew(req.id) {
+                let ttl = match renew(&server, req.id).await {
                     Ok(ttl) => ttl,
                     Err(EtcdError::LeaseNotFound) => 0,
                     Err(e) => {
@@ -114,13 +115,27 @@ impl Lease for LeaseService {
         self.server.linearizable_read().await?;
         let header = Some(self.server.header(self.server.store.current_rev()));
         let resp = match self.server.lessor.status(r.id) {
-            Some(st) => LeaseTimeToLiveResponse {
-                header,
-                id: r.id,
-                ttl: st.remaining,
-                granted_ttl: st.granted_ttl,
-                keys: if r.keys { st.keys } else { Vec::new() },
-            },
+            Some(mut st) => {
+                // Only the leader knows how long the lease has left.
+                if !self.server.lessor.is_primary() {
+                    let mut leader = self.server.leader_client()?;
+                    let remote = leader
+                        .lease_time_to_live(peer::LeaseTimeToLiveRequest { id: r.id })
+                        .await
+                        .map_err(|s| EtcdError::Internal(format!("asking the leader: {}", s.message())))?
+                        .into_inner();
+                    if remote.found {
+                        st.remaining = remote.remaining;
+                    }
+                }
+                LeaseTimeToLiveResponse {
+                    header,
+                    id: r.id,
+                    ttl: st.remaining,
+                    granted_ttl: st.granted_ttl,
+                    keys: if r.keys { st.keys } else { Vec::new() },
+                }
+            }
             // etcd answers an unknown lease with TTL -1 ("already expired") rather than an error.
             None => LeaseTimeToLiveResponse { header, id: r.id, ttl: -1, ..Default::default() },
         };
@@ -137,6 +152,23 @@ impl Lease for LeaseService {
             header: Some(self.server.header(self.server.store.current_rev())),
             leases,
         }))
+    }
+}
+
+/// Renews a lease: here if this member tracks expiry (leads), otherwise at the leader.
+async fn renew(server: &EtcdServer, id: i64) -> Result<i64, EtcdError> {
+    match server.lessor.renew(id) {
+        Err(EtcdError::NotLeader) => {}
+        other => return other,
+    }
+    let mut leader = server.leader_client()?;
+    let resp = leader
+        .lease_renew(peer::LeaseRenewRequest { id })
+        .await
+        .map_err(|s| EtcdError::Internal(format!("renewing at the leader: {}", s.message())))?;
+    match resp.into_inner().ttl {
+        0 => Err(EtcdError::LeaseNotFound),
+        ttl => Ok(ttl),
     }
 }
 

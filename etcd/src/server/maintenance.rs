@@ -71,7 +71,7 @@ impl Maintenance for MaintenanceService {
             raft_applied_index: st.applied.load(std::sync::atomic::Ordering::Acquire),
             errors,
             db_size_in_use: s.backend.size_in_use() as i64,
-            is_learner: false,
+            is_learner: s.members.local().is_some_and(|m| m.is_learner),
         }))
     }
 
@@ -172,10 +172,20 @@ impl Maintenance for MaintenanceService {
         if !s.node.status.is_leader() {
             return Err(EtcdError::NotLeader.into());
         }
-        if s.members.get(target).is_none() {
-            return Err(Status::failed_precondition("etcdserver: bad leader transferee"));
+        if s.members.get(target).is_none_or(|m| m.is_learner) {
+            return Err(EtcdError::BadLeaderTransferee.into());
         }
-        // In a single-member cluster the only possible transferee already leads.
+        if target != s.member_id() {
+            s.node.tx.send(crate::node::NodeMsg::TransferLeader(target)).map_err(|_| EtcdError::Stopped)?;
+            // etcd gives a transfer a few election timeouts; poll until the target leads.
+            let deadline = tokio::time::Instant::now() + s.limits.election_timeout * 5;
+            while s.node.status.leader() != target {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(EtcdError::LeaderTransferTimeout.into());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
         Ok(Response::new(MoveLeaderResponse { header: Some(s.header(s.store.current_rev())) }))
     }
 

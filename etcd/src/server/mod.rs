@@ -44,6 +44,9 @@ pub struct Limits {
     pub quota_backend_bytes: u64,
     pub request_timeout: Duration,
     pub watch_progress_notify_interval: Duration,
+    pub election_timeout: Duration,
+    /// Mixed into the ids of members added at runtime.
+    pub initial_cluster_token: String,
 }
 
 pub struct EtcdServer {
@@ -54,6 +57,8 @@ pub struct EtcdServer {
     pub alarms: Arc<Alarms>,
     pub members: Arc<Membership>,
     pub node: NodeHandle,
+    /// Clients to the other members (lease calls go to the leader).
+    pub peers: Arc<crate::peer::PeerClients>,
     pub idgen: IdGenerator,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -72,6 +77,7 @@ impl EtcdServer {
         alarms: Arc<Alarms>,
         members: Arc<Membership>,
         node: NodeHandle,
+        peers: Arc<crate::peer::PeerClients>,
         metrics: Arc<Metrics>,
         limits: Limits,
     ) -> Self {
@@ -85,6 +91,7 @@ impl EtcdServer {
             alarms,
             members,
             node,
+            peers,
             idgen,
             metrics,
             limits,
@@ -143,6 +150,29 @@ impl EtcdServer {
         self.node.tx.send(NodeMsg::ReadIndex { done: tx }).map_err(|_| EtcdError::Stopped)?;
         match tokio::time::timeout(self.limits.request_timeout, rx).await {
             Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(EtcdError::Stopped),
+            Err(_) => Err(EtcdError::Timeout),
+        }
+    }
+
+    /// A client to the current leader, if it is another member.
+    pub fn leader_client(&self) -> Result<crate::peer::PeerClient, EtcdError> {
+        let leader = self.node.status.leader();
+        if leader == raft::INVALID_ID {
+            return Err(EtcdError::NoLeader);
+        }
+        self.peers.get(leader).ok_or(EtcdError::NoLeader)
+    }
+
+    /// Sends a membership change through raft; answers with the members once applied.
+    pub async fn propose_conf_change(
+        &self,
+        cc: raft::eraftpb::ConfChange,
+    ) -> Result<Vec<crate::membership::Member>, EtcdError> {
+        let (tx, rx) = oneshot::channel();
+        self.node.tx.send(NodeMsg::ProposeConfChange { cc, done: tx }).map_err(|_| EtcdError::Stopped)?;
+        match tokio::time::timeout(self.limits.request_timeout, rx).await {
+            Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EtcdError::Stopped),
             Err(_) => Err(EtcdError::Timeout),
         }

@@ -1,6 +1,8 @@
 //! Read benchmark for any etcd v3 server: preloads keys, then runs concurrent Range
 //! requests (linearizable or serializable) for a fixed time and prints throughput and
-//! latency percentiles. Used by hack/bench/etcd.sh against real etcd and ours alike.
+//! latency percentiles. Used by hack/bench/etcd.sh and hack/bench/etcd-cluster.sh against
+//! real etcd and ours alike. Given several endpoints (comma-separated), the connections
+//! are spread over them round-robin, so every member of a cluster serves reads.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// host:port of the server.
-    #[arg(long)]
+    /// host:port of the server, or several, comma-separated (the members of a cluster).
+    #[arg(long, alias = "endpoints")]
     endpoint: String,
     /// Keys to preload (and read back).
     #[arg(long, default_value_t = 10_000)]
@@ -26,7 +28,7 @@ struct Args {
     /// Concurrent readers.
     #[arg(long, default_value_t = 100)]
     clients: usize,
-    /// Connections the readers share.
+    /// Connections the readers share (spread over the endpoints).
     #[arg(long, default_value_t = 10)]
     conns: usize,
     /// Seconds to read for.
@@ -55,9 +57,11 @@ async fn connect(endpoint: &str) -> anyhow::Result<KvClient<Channel>> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let endpoints: Vec<&str> = args.endpoint.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+    anyhow::ensure!(!endpoints.is_empty(), "--endpoint names no server");
     let mut conns = Vec::new();
-    for _ in 0..args.conns.max(1) {
-        conns.push(connect(&args.endpoint).await?);
+    for i in 0..args.conns.max(endpoints.len()) {
+        conns.push(connect(endpoints[i % endpoints.len()]).await?);
     }
     if !args.no_preload {
         let value = vec![b'v'; args.value_size];

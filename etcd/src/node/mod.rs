@@ -2,6 +2,12 @@
 //! from the gRPC side over a channel, and runs the Ready loop. Everything that reaches the
 //! channel while the previous Ready is being persisted is handled together, so concurrent
 //! writes share one fsync (group commit).
+//!
+//! Membership changes are applied in [`conf_change`]; snapshots from the leader are
+//! installed in [`install`].
+
+mod conf_change;
+mod install;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +24,7 @@ use tokio::sync::oneshot;
 use crate::apply::{Applier, ApplyResult};
 use crate::backend::Backend;
 use crate::error::EtcdError;
+use crate::membership::Member;
 use crate::metrics::Metrics;
 use crate::raftlog::RaftLog;
 
@@ -39,6 +46,26 @@ pub enum NodeMsg {
     ReadIndex { done: ReadWaiter },
     /// A raft message from a peer.
     Raft(Box<Message>),
+    /// Propose a membership change; answered with the members once it is applied.
+    ProposeConfChange { cc: ConfChange, done: oneshot::Sender<Result<Vec<Member>, EtcdError>> },
+    /// The transport could not deliver to this peer.
+    ReportUnreachable(u64),
+    /// A snapshot sent to `to` arrived (or failed).
+    ReportSnapshot { to: u64, ok: bool },
+    /// Hand leadership to another voter (MoveLeader).
+    TransferLeader(u64),
+    /// A peer said this member was removed from the cluster.
+    RemovedFromCluster,
+    /// The raft progress of every member, as the leader tracks it.
+    Progress { done: oneshot::Sender<Vec<PeerProgress>> },
+}
+
+/// How far a member's log matches the leader's.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerProgress {
+    pub id: u64,
+    pub matched: u64,
+    pub is_learner: bool,
 }
 
 /// Raft facts other threads read without asking the node.
@@ -63,18 +90,12 @@ impl RaftStatus {
     }
 }
 
-/// Sends raft messages to peers; a single member has nowhere to send.
+/// Sends raft messages to peers.
 pub trait Transport: Send {
-    fn send(&mut self, msgs: Vec<Message>);
-}
-
-/// The transport of a single-member cluster.
-pub struct NoPeers;
-
-impl Transport for NoPeers {
-    fn send(&mut self, msgs: Vec<Message>) {
-        debug_assert!(msgs.is_empty(), "a single member has no peers to message");
-    }
+    /// Queues messages; returns the peers they could not be queued for.
+    fn send(&mut self, msgs: Vec<Message>) -> Vec<u64>;
+    /// The cluster's members changed: connect to new ones, drop removed ones.
+    fn update_peers(&mut self, members: &[Member]);
 }
 
 pub struct NodeConfig {
@@ -92,6 +113,8 @@ pub struct NodeConfig {
 struct Applied {
     last: u64,
     results: Vec<(u64, ApplyResult)>,
+    /// Results of membership changes, by ConfChange id.
+    conf_results: Vec<(u64, Result<Vec<Member>, EtcdError>)>,
     /// How many of the results answer proposals made on this member.
     own: i64,
     pending: crate::apply::PendingPublish,
@@ -117,6 +140,14 @@ pub struct Node {
     cfg: NodeConfig,
     /// Clients waiting for their proposal to apply, by request id.
     waiters: HashMap<u64, oneshot::Sender<ApplyResult>>,
+    /// Clients waiting for a membership change to apply, by ConfChange id.
+    conf_waiters: HashMap<u64, oneshot::Sender<Result<Vec<Member>, EtcdError>>>,
+    /// Set once this member has applied its own removal.
+    removed: bool,
+    /// Set once the process is on its way out after a removal.
+    exiting: bool,
+    /// Peers the transport could not reach during the current Ready.
+    unreachable: Vec<u64>,
     /// Proposals made while no leader was known, proposed again once one is.
     pending: Vec<(u64, Vec<u8>)>,
     /// Reads not yet sent to raft.
@@ -150,6 +181,10 @@ impl Node {
             transport,
             cfg,
             waiters: HashMap::new(),
+            conf_waiters: HashMap::new(),
+            removed: false,
+            exiting: false,
+            unreachable: Vec::new(),
             pending: Vec::new(),
             reads_queued: Vec::new(),
             read_in_flight: None,
@@ -163,6 +198,8 @@ impl Node {
     /// Runs until every sender of `rx` is gone. A failure to persist is fatal: the process
     /// exits rather than acknowledge what it could not store.
     pub fn run(mut self, rx: Receiver<NodeMsg>) {
+        let members = self.applier.members.list();
+        self.transport.update_peers(&members);
         let single_voter = self.raw.raft.prs().conf().voters().ids().len() == 1
             && self.raw.raft.prs().conf().voters().contains(self.cfg.id);
         if single_voter {
@@ -209,6 +246,27 @@ impl Node {
                     tracing::debug!("dropping raft message: {e}");
                 }
             }
+            NodeMsg::ProposeConfChange { cc, done } => self.propose_conf_change(cc, done),
+            NodeMsg::ReportUnreachable(id) => self.raw.report_unreachable(id),
+            NodeMsg::ReportSnapshot { to, ok } => {
+                let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                self.raw.report_snapshot(to, status);
+            }
+            NodeMsg::TransferLeader(to) => self.raw.transfer_leader(to),
+            NodeMsg::RemovedFromCluster => self.on_removed(),
+            NodeMsg::Progress { done } => {
+                let prs = self.raw.raft.prs();
+                let learners = prs.conf().learners();
+                let list = prs
+                    .iter()
+                    .map(|(id, pr)| PeerProgress {
+                        id: *id,
+                        matched: pr.matched,
+                        is_learner: learners.contains(id),
+                    })
+                    .collect();
+                let _ = done.send(list);
+            }
         }
     }
 
@@ -243,9 +301,30 @@ impl Node {
         }
     }
 
+    /// Sends messages and tells raft which peers could not be reached.
+    /// Hands messages to the transport; peers it could not queue for are reported to raft
+    /// after the Ready is advanced (raft-rs must not change between the two).
+    fn send(&mut self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        for id in self.transport.send(msgs) {
+            if !self.unreachable.contains(&id) {
+                self.unreachable.push(id);
+            }
+        }
+    }
+
+    fn report_unreachable(&mut self) {
+        for id in std::mem::take(&mut self.unreachable) {
+            self.raw.report_unreachable(id);
+        }
+    }
+
     fn on_tick(&mut self) {
         // Clients that gave up leave their waiter behind; forget those.
         self.waiters.retain(|_, tx| !tx.is_closed());
+        self.conf_waiters.retain(|_, tx| !tx.is_closed());
         self.reads_queued.retain(|tx| !tx.is_closed());
         // raft drops a ReadIndex while the new leader has not committed in its term; ask
         // again rather than leave the readers hanging.
@@ -280,11 +359,12 @@ impl Node {
         let mut ready = self.raw.ready();
 
         // 1. A leader sends appends before persisting them (raft thesis §10.2.1).
-        self.transport.send(ready.take_messages());
+        self.send(ready.take_messages());
 
         // 2. A snapshot from the leader replaces the state machine.
         if !ready.snapshot().is_empty() {
-            return Err("received a raft snapshot; snapshot install arrives with multi-member support".into());
+            let snap = ready.snapshot().clone();
+            self.install_snapshot(&snap)?;
         }
 
         // 3. Apply entries committed by earlier Readies.
@@ -318,7 +398,7 @@ impl Node {
         }
 
         // 5. Messages that had to wait for persistence (votes, append responses).
-        self.transport.send(ready.take_persisted_messages());
+        self.send(ready.take_persisted_messages());
 
         if let Some(ss) = ready.ss() {
             self.on_soft_state(ss.leader_id, ss.raft_state);
@@ -330,9 +410,11 @@ impl Node {
         if let Some(commit) = light.commit_index() {
             self.status.commit.store(commit, Ordering::Release);
         }
-        self.transport.send(light.take_messages());
+        self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
+        self.report_unreachable();
+        self.repropose_pending();
         self.status.term.store(self.raw.raft.term, Ordering::Release);
         Ok(())
     }
@@ -359,7 +441,12 @@ impl Node {
         } else if !leading && self.applier.lessor.is_primary() {
             self.applier.lessor.demote();
         }
-        if leader != raft::INVALID_ID && !self.pending.is_empty() {
+    }
+
+    /// Proposals held while no leader was known go out once one is. Only between Readies:
+    /// raft-rs forbids new proposals between `ready()` and `advance()`.
+    fn repropose_pending(&mut self) {
+        if self.status.leader() != raft::INVALID_ID && !self.pending.is_empty() {
             for (id, data) in std::mem::take(&mut self.pending) {
                 self.propose(id, data);
             }
@@ -408,6 +495,7 @@ impl Node {
         let Some(last) = fresh.last().map(|e| e.index) else { return Ok(None) };
         fail::fail_point!("raft_before_apply", |_| Err("failpoint raft_before_apply".into()));
         let mut results = Vec::new();
+        let mut conf_results = Vec::new();
         let mut own = 0i64;
         let mut ab = self.applier.begin(batch);
         for e in fresh {
@@ -422,15 +510,25 @@ impl Node {
                     }
                     results.push((id, result));
                 }
-                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    let cs = if e.get_entry_type() == EntryType::EntryConfChange {
-                        let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
-                        self.raw.apply_conf_change(&cc)
-                    } else {
-                        let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
-                        self.raw.apply_conf_change(&cc)
-                    }
-                    .map_err(|e| format!("applying conf change: {e}"))?;
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
+                    let (result, removed_self) = conf_change::apply(
+                        &mut self.raw,
+                        &self.applier.members,
+                        &self.backend,
+                        self.cfg.id,
+                        ab.batch(),
+                        &cc,
+                    )?;
+                    self.removed |= removed_self;
+                    conf_results.push((cc.id, result));
+                }
+                EntryType::EntryConfChangeV2 => {
+                    // Only raft-rs itself writes these (leaving a joint configuration); this
+                    // server proposes single-step ConfChanges.
+                    let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
+                    let cs =
+                        self.raw.apply_conf_change(&cc).map_err(|e| format!("applying conf change: {e}"))?;
                     self.raw.mut_store().set_conf_state(ab.batch(), cs);
                 }
             }
@@ -438,7 +536,7 @@ impl Node {
         self.backend.put_meta_u64(ab.batch(), META_CONSISTENT_INDEX, last);
         let commit = self.status.commit.load(Ordering::Acquire).max(last);
         self.raw.mut_store().set_commit(ab.batch(), commit);
-        Ok(Some(Applied { last, results, own, pending: ab.finish() }))
+        Ok(Some(Applied { last, results, conf_results, own, pending: ab.finish() }))
     }
 
     /// Makes an applied batch that is now stored visible, and answers its proposers.
@@ -456,6 +554,19 @@ impl Node {
             if let Some(tx) = self.waiters.remove(&id) {
                 let _ = tx.send(result);
             }
+        }
+        let membership_changed = !a.conf_results.is_empty();
+        for (id, result) in a.conf_results {
+            if let Some(tx) = self.conf_waiters.remove(&id) {
+                let _ = tx.send(result);
+            }
+        }
+        if membership_changed {
+            self.transport.update_peers(&self.applier.members.list());
+        }
+        self.raw.mut_store().set_applied(last);
+        if self.removed {
+            self.on_removed();
         }
         self.release_reads();
         self.raw.mut_store().release_cache(last);
