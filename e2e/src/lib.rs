@@ -123,6 +123,10 @@ pub struct EtcdOptions {
     pub no_wait: bool,
     /// Extra environment for the process (FAILPOINTS, say).
     pub env: Vec<(String, String)>,
+    /// Peer traffic over mutual TLS with these files.
+    pub peer_tls: Option<ServerTls>,
+    /// An existing data dir to use (a restored snapshot, say) instead of a fresh one.
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -148,6 +152,8 @@ impl Default for EtcdOptions {
             initial_cluster_state: None,
             no_wait: false,
             env: Vec::new(),
+            peer_tls: None,
+            data_dir: None,
         }
     }
 }
@@ -176,12 +182,13 @@ impl Etcd {
         let name = opts.name.clone().unwrap_or_else(|| "test".to_string());
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://{ip}:{client_port}");
-        let peer_url = format!("http://{ip}:{peer_port}");
+        let peer_scheme = if opts.peer_tls.is_some() { "https" } else { "http" };
+        let peer_url = format!("{peer_scheme}://{ip}:{peer_port}");
         let mut args = vec![
             "--name".to_string(),
             name.clone(),
             "--data-dir".into(),
-            dir.path().join("data").display().to_string(),
+            opts.data_dir.clone().unwrap_or_else(|| dir.path().join("data")).display().to_string(),
             "--listen-client-urls".into(),
             client_url.clone(),
             "--advertise-client-urls".into(),
@@ -193,6 +200,17 @@ impl Etcd {
             "--initial-cluster".into(),
             opts.initial_cluster.clone().unwrap_or_else(|| format!("{name}={peer_url}")),
         ];
+        if let Some(t) = &opts.peer_tls {
+            args.extend([
+                "--peer-cert-file".to_string(),
+                t.cert.display().to_string(),
+                "--peer-key-file".into(),
+                t.key.display().to_string(),
+                "--peer-trusted-ca-file".into(),
+                t.ca.display().to_string(),
+                "--peer-client-cert-auth".into(),
+            ]);
+        }
         if let Some(state) = &opts.initial_cluster_state {
             args.extend(["--initial-cluster-state".to_string(), state.clone()]);
         }
@@ -286,7 +304,8 @@ impl Etcd {
 
     /// The peer URL this member advertises.
     pub fn peer_url(&self) -> String {
-        format!("http://{}:{}", self.ip, self.peer_port)
+        let scheme = if self.args.iter().any(|a| a == "--peer-cert-file") { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.ip, self.peer_port)
     }
 
     /// Starts the process again (after `kill9`) without waiting for it to be healthy.

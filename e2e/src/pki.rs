@@ -18,6 +18,12 @@ pub struct Pki {
 impl Pki {
     /// Certificates for a server on `ip` (plus localhost).
     pub fn new(ip: std::net::Ipv4Addr) -> Pki {
+        Self::for_ips(&[ip])
+    }
+
+    /// One server certificate valid on every address in `ips` (plus localhost), as a set of
+    /// members can share for their peer and client ports.
+    pub fn for_ips(ips: &[std::net::Ipv4Addr]) -> Pki {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -32,8 +38,10 @@ impl Pki {
             let cert = params.signed_by(&key, &*ca).expect("sign");
             (cert.pem(), key.serialize_pem())
         };
+        let mut names: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+        names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
         let (server_crt, server_key) = leaf(
-            vec![ip.to_string(), "localhost".into(), "127.0.0.1".into()],
+            names,
             "etcd-server",
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
         );
