@@ -1,0 +1,206 @@
+//! Discovery: `/api`, `/apis`, `/apis/<group>`, the per-version resource lists, and the
+//! aggregated form (`apidiscovery.k8s.io/v2`) kubectl v1.32 asks for first; plus `/version`.
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::handlers::{BoxBody, full, json_response};
+use crate::registry::Registry;
+use crate::registry::resource::ResourceInfo;
+
+pub const GIT_VERSION: &str = "v1.32.0";
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": GIT_VERSION,
+        "gitCommit": "k8s-rs",
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-29T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// The response kind and verbs of a subresource.
+fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static str>)> {
+    let same = json!({ "group": info.group, "version": info.version, "kind": info.kind });
+    match name {
+        "status" => Some((same, vec!["get", "patch", "update"])),
+        "scale" => Some((
+            json!({ "group": "autoscaling", "version": "v1", "kind": "Scale" }),
+            vec!["get", "patch", "update"],
+        )),
+        "binding" => Some((json!({ "group": "", "version": "v1", "kind": "Binding" }), vec!["create"])),
+        "finalize" => Some((same, vec!["update"])),
+        _ => None,
+    }
+}
+
+/// `/api/v1` and `/apis/<g>/<v>`: an APIResourceList.
+fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    for s in registry.in_group_version(group, version) {
+        let i = &s.res.info;
+        let mut r = json!({
+            "name": i.plural,
+            "singularName": i.singular,
+            "namespaced": i.namespaced,
+            "kind": i.kind,
+            "verbs": i.verbs(),
+        });
+        if !i.short_names.is_empty() {
+            r["shortNames"] = json!(i.short_names);
+        }
+        if !i.categories.is_empty() {
+            r["categories"] = json!(i.categories);
+        }
+        resources.push(r);
+        for sub in i.subresources {
+            let Some((kind, verbs)) = subresource(i, sub) else { continue };
+            let mut r = json!({
+                "name": format!("{}/{sub}", i.plural),
+                "singularName": "",
+                "namespaced": i.namespaced,
+                "kind": kind["kind"],
+                "verbs": verbs,
+            });
+            if kind["group"] != json!(i.group) || kind["version"] != json!(i.version) {
+                r["group"] = kind["group"].clone();
+                r["version"] = kind["version"].clone();
+            }
+            resources.push(r);
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources }))
+}
+
+fn group_entry(group: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> =
+        versions.iter().map(|v| json!({ "groupVersion": format!("{group}/{v}"), "version": v })).collect();
+    json!({ "name": group, "versions": vs, "preferredVersion": vs[0] })
+}
+
+/// One group in the aggregated form.
+fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let resources: Vec<Value> = registry
+                .in_group_version(group, v)
+                .map(|s| {
+                    let i = &s.res.info;
+                    let subs: Vec<Value> = i
+                        .subresources
+                        .iter()
+                        .filter_map(|sub| {
+                            let (kind, verbs) = subresource(i, sub)?;
+                            Some(json!({ "subresource": sub, "responseKind": kind, "verbs": verbs }))
+                        })
+                        .collect();
+                    let mut r = json!({
+                        "resource": i.plural,
+                        "responseKind": { "group": i.group, "version": i.version, "kind": i.kind },
+                        "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": i.singular,
+                        "verbs": i.verbs(),
+                    });
+                    if !i.short_names.is_empty() {
+                        r["shortNames"] = json!(i.short_names);
+                    }
+                    if !i.categories.is_empty() {
+                        r["categories"] = json!(i.categories);
+                    }
+                    if !subs.is_empty() {
+                        r["subresources"] = json!(subs);
+                    }
+                    r
+                })
+                .collect();
+            json!({ "version": v, "resources": resources, "freshness": "Current" })
+        })
+        .collect();
+    let mut meta = json!({ "creationTimestamp": null });
+    if !group.is_empty() {
+        meta["name"] = json!(group);
+    }
+    json!({ "metadata": meta, "versions": versions })
+}
+
+/// Which aggregated discovery version the client accepts, if any.
+fn aggregated_version(accept: &str) -> Option<&'static str> {
+    for part in accept.split(',') {
+        if part.contains("as=APIGroupDiscoveryList") && part.contains("g=apidiscovery.k8s.io") {
+            if part.contains("v=v2beta1") {
+                return Some("v2beta1");
+            }
+            if part.contains("v=v2") {
+                return Some("v2");
+            }
+        }
+    }
+    None
+}
+
+fn aggregated(items: Vec<Value>, v: &str) -> http::Response<BoxBody> {
+    let body = json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{v}"),
+        "metadata": {},
+        "items": items,
+    });
+    full(
+        StatusCode::OK,
+        &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+/// Answers a discovery path, or None if `path` is not one.
+pub fn respond(registry: &Registry, path: &str, accept: &str) -> Option<http::Response<BoxBody>> {
+    let groups = registry.groups();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        ["api"] => {
+            if let Some(v) = aggregated_version(accept) {
+                return Some(aggregated(vec![aggregated_group(registry, "", &["v1"])], v));
+            }
+            Some(json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": "" }],
+                }),
+            ))
+        }
+        ["apis"] => {
+            let named: Vec<&(&str, Vec<&str>)> = groups.iter().filter(|(g, _)| !g.is_empty()).collect();
+            if let Some(v) = aggregated_version(accept) {
+                let items = named.iter().map(|(g, vs)| aggregated_group(registry, g, vs)).collect();
+                return Some(aggregated(items, v));
+            }
+            let list: Vec<Value> = named.iter().map(|(g, vs)| group_entry(g, vs)).collect();
+            Some(json_response(
+                StatusCode::OK,
+                &json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": list }),
+            ))
+        }
+        ["api", "v1"] => resource_list(registry, "", "v1").map(|l| json_response(StatusCode::OK, &l)),
+        ["apis", g] => groups.iter().find(|(name, _)| name == g).map(|(name, vs)| {
+            let mut e = group_entry(name, vs);
+            e["kind"] = json!("APIGroup");
+            e["apiVersion"] = json!("v1");
+            json_response(StatusCode::OK, &e)
+        }),
+        ["apis", g, v] => resource_list(registry, g, v).map(|l| json_response(StatusCode::OK, &l)),
+        _ => None,
+    }
+}

@@ -1,0 +1,461 @@
+//! The HTTP front of the API server: authentication, in-flight limits, routing to
+//! discovery, OpenAPI, health and the resource endpoints, and the resource verbs
+//! themselves (upstream's `endpoints/handlers`).
+
+pub mod codec;
+pub mod request;
+pub mod subresources;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper::service::Service;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::cacher::Filter;
+use crate::errors::{ApiError, ApiResult, success_status};
+use crate::registry::Registry;
+use crate::registry::store::{DeleteOptions, Deleted, ListOptions, Store};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::table::{IncludeObject, to_table};
+use codec::Output;
+use request::RequestInfo;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Largest request body accepted (upstream's 3 MiB limit).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Query parameters of one request.
+pub type Query = HashMap<String, String>;
+
+pub struct Limits {
+    pub readonly: Arc<Semaphore>,
+    pub mutating: Arc<Semaphore>,
+    pub request_timeout: Duration,
+    pub min_request_timeout: Duration,
+}
+
+pub struct Api {
+    pub registry: Arc<Registry>,
+    pub limits: Limits,
+    pub authn: crate::authn::Authenticator,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub etcd: crate::storage::etcd3::Etcd,
+    pub services: Arc<crate::services::Services>,
+    pub openapi: Arc<crate::openapi::OpenApi>,
+}
+
+pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed_unsync());
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+pub fn json_response(status: StatusCode, v: &Value) -> Response<BoxBody> {
+    full(status, codec::JSON, serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub fn error_response(e: &ApiError) -> Response<BoxBody> {
+    let mut r = json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.to_status(),
+    );
+    if let Some(s) = e.retry_after {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+fn query_of(uri: &http::Uri) -> Query {
+    uri.query().map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default()
+}
+
+fn flag(q: &Query, key: &str) -> bool {
+    matches!(q.get(key).map(String::as_str), Some("true" | "1"))
+}
+
+/// An object (or list) in the format negotiated.
+fn respond(status: StatusCode, v: &Value, output: Output, store: &Store, q: &Query) -> Response<BoxBody> {
+    match output {
+        Output::Table => {
+            let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
+            let t = to_table(&store.res.info, v, include, true);
+            json_response(status, &t)
+        }
+        other => {
+            let (ct, body) = codec::encode(v, other);
+            full(status, ct, body)
+        }
+    }
+}
+
+fn parse_rv(q: &Query) -> ApiResult<Option<i64>> {
+    match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(s) => s
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}"))),
+    }
+}
+
+fn filter_of(store: &Store, info: &RequestInfo, q: &Query) -> ApiResult<Filter> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?;
+    let fields = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or_default(),
+        store.res.hooks.field_names(),
+    )?;
+    Ok(Filter {
+        namespace: info.namespace.clone().filter(|_| store.res.info.namespaced),
+        name: fields.equals("metadata.name").map(str::to_string),
+        labels,
+        fields,
+    })
+}
+
+fn delete_options(q: &Query, body: &Option<Value>) -> ApiResult<DeleteOptions> {
+    let b = body.clone().unwrap_or(json!({}));
+    let grace = match q.get("gracePeriodSeconds") {
+        Some(s) => Some(s.parse::<i64>().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
+        None => b["gracePeriodSeconds"].as_i64(),
+    };
+    let propagation = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| b["propagationPolicy"].as_str().map(str::to_string))
+        .or_else(|| {
+            match b["orphanDependents"].as_bool().or_else(|| q.get("orphanDependents").map(|s| s == "true")) {
+                Some(true) => Some("Orphan".to_string()),
+                _ => None,
+            }
+        });
+    if let Some(p) = &propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::bad_request(format!(
+            "propagationPolicy {p} is not supported: use Orphan, Background or Foreground"
+        )));
+    }
+    Ok(DeleteOptions {
+        grace_period: grace,
+        propagation,
+        precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
+        precondition_rv: b["preconditions"]["resourceVersion"].as_str().map(str::to_string),
+        dry_run: is_dry_run(q, &b),
+    })
+}
+
+fn is_dry_run(q: &Query, body: &Value) -> bool {
+    q.get("dryRun").is_some_and(|v| v == "All")
+        || body["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All"))
+}
+
+impl Api {
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<BoxBody> {
+        let start = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let (resp, labels) = self.dispatch(req).await;
+        let resp = resp.unwrap_or_else(|e| error_response(&e));
+        if let Some((verb, group, resource, subresource)) = labels {
+            self.metrics.observe(
+                &verb,
+                &group,
+                &resource,
+                &subresource,
+                resp.status().as_u16(),
+                start.elapsed(),
+            );
+        }
+        tracing::debug!(%method, path, status = resp.status().as_u16(), took = ?start.elapsed(), "request");
+        resp
+    }
+
+    /// Routes a request; also returns the metric labels of resource requests.
+    async fn dispatch(
+        &self,
+        req: Request<Incoming>,
+    ) -> (ApiResult<Response<BoxBody>>, Option<(String, String, String, String)>) {
+        let path = req.uri().path().to_string();
+        // Health and version need no authentication (system:public-info-viewer).
+        match path.as_str() {
+            "/healthz" | "/livez" | "/readyz" | "/version" => return (self.public(&req).await, None),
+            p if p.starts_with("/healthz/") || p.starts_with("/livez/") || p.starts_with("/readyz/") => {
+                return (self.public(&req).await, None);
+            }
+            _ => {}
+        }
+        if let Err(e) = self.authn.authenticate(req.headers()) {
+            return (Err(e), None);
+        }
+        let q = query_of(req.uri());
+        let info = request::parse(req.method(), &path, flag(&q, "watch"));
+        let Some(info) = info else {
+            return (self.non_resource(req).await, None);
+        };
+        let labels = Some((
+            info.verb.to_uppercase(),
+            info.group.clone(),
+            info.resource.clone(),
+            info.subresource.clone().unwrap_or_default(),
+        ));
+        // Long-running requests (watches) are not counted against in-flight limits.
+        let long_running = info.verb == "watch";
+        let permit = if long_running {
+            None
+        } else {
+            let sem = if matches!(info.verb, "get" | "list") {
+                &self.limits.readonly
+            } else {
+                &self.limits.mutating
+            };
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => return (Err(ApiError::too_many_requests(1)), labels),
+            }
+        };
+        let _inflight = self.metrics.inflight(info.verb);
+        let result = if long_running {
+            self.resource(info, q, req).await
+        } else {
+            match tokio::time::timeout(self.limits.request_timeout, self.resource(info, q, req)).await {
+                Ok(r) => r,
+                Err(_) => Err(ApiError::timeout("request did not complete within the allowed duration")),
+            }
+        };
+        drop(permit);
+        (result, labels)
+    }
+
+    async fn public(&self, req: &Request<Incoming>) -> ApiResult<Response<BoxBody>> {
+        let path = req.uri().path();
+        if path == "/version" {
+            return Ok(json_response(StatusCode::OK, &crate::discovery::version()));
+        }
+        crate::health::respond(self, path, req.uri().query().unwrap_or_default()).await
+    }
+
+    async fn non_resource(&self, req: Request<Incoming>) -> ApiResult<Response<BoxBody>> {
+        let path = req.uri().path().to_string();
+        let accept =
+            req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if path == "/metrics" {
+            return Ok(full(StatusCode::OK, component_base::metrics::CONTENT_TYPE, self.metrics.encode()));
+        }
+        if path.starts_with("/openapi/") {
+            return self.openapi.respond(&path, &accept);
+        }
+        crate::discovery::respond(&self.registry, &path, &accept).ok_or_else(|| ApiError::no_route(&path))
+    }
+
+    async fn read_body(req: Request<Incoming>) -> ApiResult<(HeaderMap, Bytes)> {
+        let (parts, body) = req.into_parts();
+        let bytes = Limited::new(body, MAX_BODY).collect().await.map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                ApiError::too_large(format!("the request body is larger than {MAX_BODY} bytes"))
+            } else {
+                ApiError::bad_request(format!("reading the request body: {e}"))
+            }
+        })?;
+        Ok((parts.headers, bytes.to_bytes()))
+    }
+
+    async fn resource(
+        &self,
+        info: RequestInfo,
+        q: Query,
+        req: Request<Incoming>,
+    ) -> ApiResult<Response<BoxBody>> {
+        let store = self
+            .registry
+            .find(&info.group, &info.version, &info.resource)
+            .ok_or_else(|| ApiError::no_route(req.uri().path()))?;
+        let namespaced = store.res.info.namespaced;
+        if !namespaced && info.namespace.is_some() {
+            return Err(ApiError::no_route(req.uri().path()));
+        }
+        // A namespaced object is always addressed within its namespace.
+        if namespaced
+            && info.namespace.is_none()
+            && (info.name.is_some() || info.verb == "create" || info.verb == "deletecollection")
+        {
+            return Err(ApiError::no_route(req.uri().path()));
+        }
+        let output = codec::negotiate(req.headers())?;
+        if let Some(sub) = info.subresource.clone() {
+            return subresources::handle(self, &store, &info, &sub, q, req, output).await;
+        }
+        let ns = info.namespace.as_deref();
+        match info.verb {
+            "get" => {
+                let name = info.name.as_deref().unwrap_or_default();
+                let obj = store.get(ns, name, parse_rv(&q)?).await?;
+                Ok(respond(StatusCode::OK, &obj, output, &store, &q))
+            }
+            "list" => {
+                let opts = ListOptions {
+                    filter: filter_of(&store, &info, &q)?,
+                    rv: parse_rv(&q)?,
+                    limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
+                    continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+                };
+                let list = store.list(&opts).await?;
+                Ok(respond(StatusCode::OK, &list, output, &store, &q))
+            }
+            "watch" => watch::serve(self, store, &info, &q, output).await,
+            "create" => {
+                let (headers, body) = Self::read_body(req).await?;
+                let obj = codec::decode(&headers, &body)?;
+                let dry = is_dry_run(&q, &obj);
+                self.check_namespace(&store, ns).await?;
+                let created = if store.res.info.kind == "Service" {
+                    self.services.create(&store, ns, obj, dry).await?
+                } else {
+                    store.create(ns, obj, dry).await?
+                };
+                Ok(respond(StatusCode::CREATED, &created, output, &store, &q))
+            }
+            "update" => {
+                let name = info.name.clone().unwrap_or_default();
+                let (headers, body) = Self::read_body(req).await?;
+                let obj = codec::decode(&headers, &body)?;
+                let dry = is_dry_run(&q, &obj);
+                let (obj, created) = if store.res.info.kind == "Service" {
+                    self.services.update(&store, ns, &name, obj, dry).await?
+                } else {
+                    store.update(ns, &name, obj, None, dry).await?
+                };
+                let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+                Ok(respond(code, &obj, output, &store, &q))
+            }
+            "patch" => {
+                let name = info.name.clone().unwrap_or_default();
+                let (headers, body) = Self::read_body(req).await?;
+                let obj = crate::patch::apply_patch(&store, ns, &name, None, &headers, &body, &q).await?;
+                Ok(respond(StatusCode::OK, &obj, output, &store, &q))
+            }
+            "delete" => {
+                let name = info.name.clone().unwrap_or_default();
+                let (headers, body) = Self::read_body(req).await?;
+                let opts_body = if body.is_empty() { None } else { Some(codec::decode(&headers, &body)?) };
+                let opts = delete_options(&q, &opts_body)?;
+                let result = if store.res.info.kind == "Namespace" {
+                    crate::namespaces::delete(&store, &name, &opts).await?
+                } else {
+                    store.delete(ns, &name, &opts).await?
+                };
+                match result {
+                    Deleted::Now(obj) => {
+                        if store.res.info.kind == "Service" && !opts.dry_run {
+                            self.services.release(&obj);
+                        }
+                        let body = if matches!(store.res.info.kind, "Pod" | "Namespace" | "Service" | "Node")
+                            || output != Output::Json
+                        {
+                            obj
+                        } else {
+                            success_status(
+                                &name,
+                                store.res.info.group,
+                                store.res.info.plural,
+                                obj["metadata"]["uid"].as_str().unwrap_or_default(),
+                            )
+                        };
+                        Ok(respond(StatusCode::OK, &body, output, &store, &q))
+                    }
+                    Deleted::Pending(obj) => Ok(respond(StatusCode::ACCEPTED, &obj, output, &store, &q)),
+                }
+            }
+            "deletecollection" => {
+                let (headers, body) = Self::read_body(req).await?;
+                let opts_body = if body.is_empty() { None } else { Some(codec::decode(&headers, &body)?) };
+                let del = delete_options(&q, &opts_body)?;
+                let list = ListOptions { filter: filter_of(&store, &info, &q)?, ..Default::default() };
+                let out = store.delete_collection(&list, &del).await?;
+                Ok(respond(StatusCode::OK, &out, output, &store, &q))
+            }
+            other => Err(ApiError::method_not_allowed(format!("{other} is not supported"))),
+        }
+    }
+
+    /// Objects may only be created in a namespace that exists and is not terminating.
+    pub async fn check_namespace(&self, store: &Store, ns: Option<&str>) -> ApiResult<()> {
+        let Some(ns) = ns.filter(|_| store.res.info.namespaced) else { return Ok(()) };
+        let namespaces = self.registry.core("namespaces");
+        match namespaces.get(None, ns, Some(0)).await {
+            Ok(n)
+                if !n["metadata"]["deletionTimestamp"].is_null() || n["status"]["phase"] == "Terminating" =>
+            {
+                Err(ApiError::forbidden(format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    store.res.info.plural, "",
+                )))
+            }
+            Ok(_) => Ok(()),
+            Err(_) => {
+                // The cache may lag a namespace created a moment ago: ask etcd.
+                match namespaces.get_fresh(None, ns).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(ApiError::not_found("namespaces", "", ns)),
+                }
+            }
+        }
+    }
+}
+
+/// The hyper service wrapping [`Api`].
+#[derive(Clone)]
+pub struct ApiService(pub Arc<Api>);
+
+impl Service<Request<Incoming>> for ApiService {
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let api = self.0.clone();
+        Box::pin(async move { Ok(api.handle(req).await) })
+    }
+}
+
+/// Whether a request asked for a dry run (used by subresources too).
+pub fn dry_run(q: &Query) -> bool {
+    is_dry_run(q, &json!({}))
+}
+
+pub(crate) fn respond_with(
+    status: StatusCode,
+    v: &Value,
+    output: Output,
+    store: &Store,
+    q: &Query,
+) -> Response<BoxBody> {
+    respond(status, v, output, store, q)
+}
+
+pub(crate) async fn body_of(req: Request<Incoming>) -> ApiResult<(HeaderMap, Bytes)> {
+    Api::read_body(req).await
+}
+
+pub(crate) fn rv_of(q: &Query) -> ApiResult<Option<i64>> {
+    parse_rv(q)
+}
+
+pub(crate) fn filter_for(store: &Store, info: &RequestInfo, q: &Query) -> ApiResult<Filter> {
+    filter_of(store, info, q)
+}

@@ -1,0 +1,148 @@
+//! Subresources: `status` (only status changes), `scale` (the replica count of workload
+//! resources, as an autoscaling/v1 Scale), `pods/binding` (the scheduler's placement) and
+//! `namespaces/finalize` (the namespace controller's last step).
+
+use http::{Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+
+use super::codec::{self, Output};
+use super::request::RequestInfo;
+use super::{Api, BoxBody, Query, body_of, respond_with, rv_of};
+use crate::errors::{ApiError, ApiResult};
+use crate::registry::store::Store;
+
+pub async fn handle(
+    _api: &Api,
+    store: &Store,
+    info: &RequestInfo,
+    sub: &str,
+    q: Query,
+    req: Request<Incoming>,
+    output: Output,
+) -> ApiResult<http::Response<BoxBody>> {
+    if !store.res.info.has_subresource(sub) {
+        return Err(ApiError::no_route(req.uri().path()));
+    }
+    let ns = info.namespace.as_deref();
+    let name = info.name.clone().unwrap_or_default();
+    match (sub, info.verb) {
+        ("status", "get") => {
+            let obj = store.get(ns, &name, rv_of(&q)?).await?;
+            Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
+        }
+        ("status", "update") => {
+            let (headers, body) = body_of(req).await?;
+            let obj = codec::decode(&headers, &body)?;
+            let dry = super::dry_run(&q);
+            let (obj, _) = store.update(ns, &name, obj, Some("status"), dry).await?;
+            Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
+        }
+        ("status", "patch") => {
+            let (headers, body) = body_of(req).await?;
+            let obj =
+                crate::patch::apply_patch(store, ns, &name, Some("status"), &headers, &body, &q).await?;
+            Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
+        }
+        ("scale", "get") => {
+            let obj = store.get(ns, &name, rv_of(&q)?).await?;
+            Ok(super::json_response(StatusCode::OK, &scale_of(store, &obj)))
+        }
+        ("scale", "update" | "patch") => {
+            let is_patch = info.verb == "patch";
+            let (headers, body) = body_of(req).await?;
+            let dry = super::dry_run(&q);
+            let body_value: Value = if is_patch {
+                serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+            } else {
+                codec::decode(&headers, &body)?
+            };
+            let updated = store
+                .guaranteed_update(ns, &name, None, dry, |old| {
+                    let mut scale = scale_of(store, old);
+                    if is_patch {
+                        crate::patch::merge_patch(&mut scale, &body_value);
+                    } else {
+                        if let Some(rv) =
+                            body_value["metadata"]["resourceVersion"].as_str().filter(|r| !r.is_empty())
+                            && old["metadata"]["resourceVersion"].as_str() != Some(rv)
+                        {
+                            return Err(ApiError::stale(store.res.info.plural, store.res.info.group, &name));
+                        }
+                        scale = body_value.clone();
+                    }
+                    let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
+                    if replicas < 0 {
+                        return Err(ApiError::invalid(
+                            "Scale",
+                            "autoscaling",
+                            &name,
+                            &[crate::errors::FieldError::invalid(
+                                "spec.replicas",
+                                replicas,
+                                "must be greater than or equal to 0",
+                            )],
+                        ));
+                    }
+                    let mut new = old.clone();
+                    new["spec"]["replicas"] = json!(replicas);
+                    Ok(new)
+                })
+                .await?;
+            Ok(super::json_response(StatusCode::OK, &scale_of(store, &updated)))
+        }
+        ("binding", "create") => {
+            let (headers, body) = body_of(req).await?;
+            let binding = codec::decode(&headers, &body)?;
+            crate::pods::bind(store, ns.unwrap_or_default(), &name, &binding, super::dry_run(&q)).await?;
+            Ok(super::json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        ("finalize", "update") => {
+            let (headers, body) = body_of(req).await?;
+            let obj = codec::decode(&headers, &body)?;
+            let out = crate::namespaces::finalize(store, &name, obj, super::dry_run(&q)).await?;
+            Ok(respond_with(StatusCode::OK, &out, output, store, &q))
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{} is not supported on {}/{sub}",
+            info.verb, store.res.info.plural
+        ))),
+    }
+}
+
+/// The autoscaling/v1 Scale of a workload object.
+fn scale_of(store: &Store, obj: &Value) -> Value {
+    let selector = match obj["spec"]["selector"].get("matchLabels") {
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => match &obj["spec"]["selector"] {
+            // ReplicationControllers select with a plain map.
+            Value::Object(m) if store.res.info.kind == "ReplicationController" => m
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => String::new(),
+        },
+    };
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"]["namespace"],
+            "uid": obj["metadata"]["uid"],
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": { "replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0) },
+        "status": { "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector },
+    })
+}

@@ -1,0 +1,80 @@
+//! Watch responses: a chunked stream of `{"type":..., "object":...}` events, one per line
+//! (or Table rows when kubectl asks for a Table), until `timeoutSeconds` or the client
+//! goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::codec::Output;
+use super::request::RequestInfo;
+use super::{Api, BoxBody, BoxError, Query, filter_for, rv_of};
+use crate::cacher::EventType;
+use crate::errors::ApiResult;
+use crate::registry::store::Store;
+use crate::table::{IncludeObject, to_table};
+
+pub async fn serve(
+    api: &Api,
+    store: Arc<Store>,
+    info: &RequestInfo,
+    q: &Query,
+    output: Output,
+) -> ApiResult<Response<BoxBody>> {
+    let filter = filter_for(&store, info, q)?;
+    let rv = rv_of(q)?;
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    // Upstream picks a random duration in [min-request-timeout, 2x) when none is given.
+    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+        Some(t) => Duration::from_secs(t),
+        None => {
+            let min = api.limits.min_request_timeout;
+            min + Duration::from_secs(rand::random_range(0..=min.as_secs().max(1)))
+        }
+    };
+    let (mut events, id) = store.watch(filter, rv, bookmarks).await?;
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(64);
+    let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
+    let watch_store = store.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut first = true;
+        loop {
+            let ev = tokio::select! {
+                ev = events.recv() => ev,
+                _ = &mut deadline => None,
+                _ = tx.closed() => None,
+            };
+            let Some(ev) = ev else { break };
+            let object = match output {
+                Output::Table if ev.kind != EventType::Bookmark => {
+                    let t = to_table(&watch_store.res.info, &ev.obj, include, first);
+                    first = false;
+                    t
+                }
+                _ => (*ev.obj).clone(),
+            };
+            let mut line = serde_json::to_vec(&json!({ "type": ev.kind.as_str(), "object": object }))
+                .unwrap_or_default();
+            line.push(b'\n');
+            if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+                break;
+            }
+        }
+        watch_store.cacher.stop_watch(id);
+    });
+    let body = StreamBody::new(ReceiverStream::new(rx)).boxed_unsync();
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache, private"));
+    Ok(resp)
+}

@@ -1,0 +1,294 @@
+//! PATCH: JSON merge patch (RFC 7386) and JSON patch (RFC 6902) on any object. A patch is
+//! applied to the stored object in a read-modify-write that retries on conflicts, unless
+//! the patch itself pins a resourceVersion.
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::errors::{ApiError, ApiResult};
+use crate::handlers::Query;
+use crate::registry::store::Store;
+
+/// Most operations one JSON patch may have (upstream's limit).
+const MAX_JSON_PATCH_OPS: usize = 10_000;
+
+/// RFC 7386: objects merge recursively, `null` removes, anything else replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            let t = target.as_object_mut().expect("made an object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// A JSON pointer's tokens (RFC 6901), with `~1` and `~0` unescaped.
+fn pointer(path: &str) -> ApiResult<Vec<String>> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| ApiError::bad_request(format!("invalid JSON pointer {path:?}")))?;
+    Ok(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
+}
+
+fn parent_mut<'a>(doc: &'a mut Value, tokens: &[String], op: &str) -> ApiResult<&'a mut Value> {
+    let mut cur = doc;
+    for t in tokens {
+        cur = match cur {
+            Value::Object(m) => m.get_mut(t),
+            Value::Array(a) => t.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
+            _ => None,
+        }
+        .ok_or_else(|| ApiError::unprocessable_patch(op, &format!("path {t:?} does not exist")))?;
+    }
+    Ok(cur)
+}
+
+fn get<'a>(doc: &'a Value, tokens: &[String]) -> Option<&'a Value> {
+    let mut cur = doc;
+    for t in tokens {
+        cur = match cur {
+            Value::Object(m) => m.get(t)?,
+            Value::Array(a) => a.get(t.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn add(doc: &mut Value, tokens: &[String], value: Value, op: &str) -> ApiResult<()> {
+    let Some((last, parent)) = tokens.split_last() else {
+        *doc = value;
+        return Ok(());
+    };
+    match parent_mut(doc, parent, op)? {
+        Value::Object(m) => {
+            m.insert(last.clone(), value);
+        }
+        Value::Array(a) => {
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse::<usize>()
+                    .ok()
+                    .filter(|i| *i <= a.len())
+                    .ok_or_else(|| ApiError::unprocessable_patch(op, &format!("index {last} out of range")))?
+            };
+            a.insert(i, value);
+        }
+        _ => return Err(ApiError::unprocessable_patch(op, "parent is not a container")),
+    }
+    Ok(())
+}
+
+fn remove(doc: &mut Value, tokens: &[String], op: &str) -> ApiResult<Value> {
+    let (last, parent) =
+        tokens.split_last().ok_or_else(|| ApiError::unprocessable_patch(op, "cannot remove the root"))?;
+    match parent_mut(doc, parent, op)? {
+        Value::Object(m) => m
+            .remove(last)
+            .ok_or_else(|| ApiError::unprocessable_patch(op, &format!("path {last:?} does not exist"))),
+        Value::Array(a) => {
+            let i =
+                last.parse::<usize>().ok().filter(|i| *i < a.len()).ok_or_else(|| {
+                    ApiError::unprocessable_patch(op, &format!("index {last} out of range"))
+                })?;
+            Ok(a.remove(i))
+        }
+        _ => Err(ApiError::unprocessable_patch(op, "parent is not a container")),
+    }
+}
+
+/// RFC 6902.
+pub fn json_patch(doc: &mut Value, patch: &Value) -> ApiResult<()> {
+    let ops = patch
+        .as_array()
+        .ok_or_else(|| ApiError::bad_request("a JSON patch must be an array of operations"))?;
+    if ops.len() > MAX_JSON_PATCH_OPS {
+        return Err(ApiError::too_large(format!(
+            "the JSON patch has {} operations, more than the allowed {MAX_JSON_PATCH_OPS}",
+            ops.len()
+        )));
+    }
+    for op in ops {
+        let name =
+            op["op"].as_str().ok_or_else(|| ApiError::bad_request("JSON patch operation without \"op\""))?;
+        let path = pointer(
+            op["path"]
+                .as_str()
+                .ok_or_else(|| ApiError::bad_request("JSON patch operation without \"path\""))?,
+        )?;
+        match name {
+            "add" => add(
+                doc,
+                &path,
+                op.get("value").cloned().ok_or_else(|| ApiError::bad_request("add without value"))?,
+                name,
+            )?,
+            "remove" => {
+                remove(doc, &path, name)?;
+            }
+            "replace" => {
+                let value =
+                    op.get("value").cloned().ok_or_else(|| ApiError::bad_request("replace without value"))?;
+                remove(doc, &path, name)?;
+                add(doc, &path, value, name)?;
+            }
+            "move" | "copy" => {
+                let from = pointer(
+                    op["from"]
+                        .as_str()
+                        .ok_or_else(|| ApiError::bad_request(format!("{name} without from")))?,
+                )?;
+                let value = if name == "move" {
+                    remove(doc, &from, name)?
+                } else {
+                    get(doc, &from)
+                        .cloned()
+                        .ok_or_else(|| ApiError::unprocessable_patch(name, "from path does not exist"))?
+                };
+                add(doc, &path, value, name)?;
+            }
+            "test" => {
+                let want = op.get("value").cloned().unwrap_or(Value::Null);
+                if get(doc, &path) != Some(&want) {
+                    return Err(ApiError::unprocessable_patch(name, "testing value failed"));
+                }
+            }
+            other => return Err(ApiError::bad_request(format!("unknown JSON patch operation {other:?}"))),
+        }
+    }
+    Ok(())
+}
+
+impl ApiError {
+    fn unprocessable_patch(op: &str, why: &str) -> Self {
+        let mut e = ApiError::bad_request(format!(
+            "the server rejected our request due to an error in our request: {op} operation does not apply: {why}"
+        ));
+        e.code = 422;
+        e.reason = "Invalid";
+        e
+    }
+}
+
+/// Strategic-merge directives (`$patch`, `$setElementOrder/...`, `$retainKeys`,
+/// `$deleteFromPrimitiveList/...`) have no meaning in a merge patch: drop them so they
+/// never reach stored objects.
+fn strip_directives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.starts_with('$'));
+            for x in m.values_mut() {
+                strip_directives(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
+/// Applies a PATCH request to the stored object and stores the result.
+pub async fn apply_patch(
+    store: &Store,
+    ns: Option<&str>,
+    name: &str,
+    subresource: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+    q: &Query,
+) -> ApiResult<Value> {
+    let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let kind = ct.split(';').next().unwrap_or_default().trim();
+    let patch: Value = match kind {
+        "application/merge-patch+json"
+        | "application/json-patch+json"
+        | "application/strategic-merge-patch+json" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+        "application/apply-patch+yaml" => {
+            return Err(ApiError::unsupported_media_type("application/apply-patch+yaml (server-side apply)"));
+        }
+        other => return Err(ApiError::unsupported_media_type(other)),
+    };
+    let dry = crate::handlers::dry_run(q);
+    let pinned = match kind {
+        "application/json-patch+json" => None,
+        _ => patch["metadata"]["resourceVersion"].as_str().map(str::to_string),
+    };
+    store
+        .guaranteed_update(ns, name, subresource, dry, |old| {
+            let mut doc = old.clone();
+            match kind {
+                "application/json-patch+json" => json_patch(&mut doc, &patch)?,
+                _ => {
+                    let mut p = patch.clone();
+                    strip_directives(&mut p);
+                    merge_patch(&mut doc, &p);
+                }
+            }
+            if let Some(rv) = &pinned
+                && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
+            {
+                return Err(ApiError::stale(store.res.info.plural, store.res.info.group, name));
+            }
+            if doc["metadata"]["name"].as_str() != Some(name) {
+                return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
+            }
+            Ok(doc)
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_rfc7386() {
+        let mut doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge_patch(&mut doc, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(doc, json!({"a": "z", "c": {"d": "e"}}));
+        let mut doc = json!({"a": [1, 2]});
+        merge_patch(&mut doc, &json!({"a": [3]}));
+        assert_eq!(doc, json!({"a": [3]}));
+    }
+
+    #[test]
+    fn json_patch_rfc6902() {
+        let mut doc = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"list": [1, 2, 3]}});
+        json_patch(
+            &mut doc,
+            &json!([
+                {"op": "add", "path": "/metadata/labels/b~1c", "value": "2"},
+                {"op": "replace", "path": "/spec/list/0", "value": 9},
+                {"op": "remove", "path": "/spec/list/1"},
+                {"op": "copy", "from": "/spec/list", "path": "/spec/copy"},
+                {"op": "move", "from": "/metadata/labels/a", "path": "/metadata/labels/moved"},
+                {"op": "add", "path": "/spec/list/-", "value": 4},
+                {"op": "test", "path": "/spec/copy/1", "value": 3}
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            doc,
+            json!({"metadata": {"labels": {"b/c": "2", "moved": "1"}}, "spec": {"list": [9, 3, 4], "copy": [9, 3]}})
+        );
+        let err =
+            json_patch(&mut doc, &json!([{"op": "test", "path": "/spec/copy/0", "value": 1}])).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert!(json_patch(&mut doc, &json!([{"op": "remove", "path": "/nope"}])).is_err());
+    }
+}

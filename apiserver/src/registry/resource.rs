@@ -1,0 +1,231 @@
+//! What the server knows about each resource: its names for discovery and URLs, where it
+//! is stored, how its objects are decoded, and the strategy hooks the generic store calls
+//! (upstream's `rest.RESTCreateStrategy` and friends). A resource adds only its hooks.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::errors::{ApiError, ApiResult, FieldError};
+use crate::validation::NameRule;
+
+/// Names and placement of one resource (one group/version/kind).
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub namespaced: bool,
+    /// Subresources served (`status`, `scale`, `binding`, `finalize`, ...).
+    pub subresources: &'static [&'static str],
+    /// The etcd key segment under the prefix (`pods`, `minions`, `services/specs`).
+    pub etcd_resource: &'static str,
+}
+
+impl ResourceInfo {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn has_subresource(&self, name: &str) -> bool {
+        self.subresources.contains(&name)
+    }
+
+    /// The verbs discovery lists for the main resource.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+    }
+}
+
+/// Builds a [`ResourceInfo`] from a k8s-openapi type's constants plus the names the type
+/// does not carry.
+pub fn info_of<K: k8s_openapi::Resource>(
+    singular: &'static str,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    namespaced: bool,
+    subresources: &'static [&'static str],
+    etcd_resource: &'static str,
+) -> ResourceInfo {
+    ResourceInfo {
+        group: K::GROUP,
+        version: K::VERSION,
+        kind: K::KIND,
+        plural: K::URL_PATH_SEGMENT,
+        singular,
+        short_names,
+        categories,
+        namespaced,
+        subresources,
+        etcd_resource,
+    }
+}
+
+/// Per-resource behaviour the generic store calls. Every hook has a do-nothing default.
+pub trait Hooks: Send + Sync + 'static {
+    /// Fills in defaults (upstream's defaulting functions).
+    fn default(&self, _obj: &mut Value) {}
+
+    /// Resets what a client may not set on create (status, usually).
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if self.has_status()
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
+        }
+    }
+
+    /// Keeps what a client may not change through the main resource (status, usually).
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        if self.has_status() {
+            copy_field(new, old, "status");
+        }
+    }
+
+    /// For the status subresource: keeps everything but status from the stored object.
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        let status = new.get("status").cloned();
+        let mut merged = old.clone();
+        // Metadata a status writer may change: labels/annotations are kept from the
+        // stored object, as upstream's status strategies do.
+        match status {
+            Some(s) => {
+                merged["status"] = s;
+            }
+            None => {
+                if let Some(o) = merged.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        merged["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
+        *new = merged;
+    }
+
+    /// Errors in a new object.
+    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Errors in an update (immutable fields and the like), beside `validate`'s.
+    fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Whether the resource has a status the main resource must not change.
+    fn has_status(&self) -> bool {
+        true
+    }
+
+    /// Whether `metadata.generation` counts spec changes.
+    fn tracks_generation(&self) -> bool {
+        false
+    }
+
+    /// Fields selectable with `fieldSelector`, beyond `metadata.name`/`metadata.namespace`.
+    fn fields(&self, _obj: &Value) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// The names of those fields, to refuse selectors on others.
+    fn field_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// How object names are checked.
+    fn name_rule(&self) -> NameRule {
+        NameRule::Subdomain
+    }
+
+    /// Whether PUT may create a missing object (upstream's AllowCreateOnUpdate).
+    fn create_on_update(&self) -> bool {
+        false
+    }
+
+    /// The grace period a delete without one gets; None deletes at once.
+    fn default_grace_period(&self, _obj: &Value) -> Option<i64> {
+        None
+    }
+
+    /// Whether an object marked for deletion must stay although its `metadata.finalizers`
+    /// are empty (a pod in its grace period, a namespace with `spec.finalizers`).
+    fn keep_while_deleting(&self, obj: &Value) -> bool {
+        self.default_grace_period(obj).is_some()
+    }
+}
+
+/// Copies `field` of `from` into `to` (or removes it from `to` when `from` has none).
+pub fn copy_field(to: &mut Value, from: &Value, field: &str) {
+    let Some(o) = to.as_object_mut() else { return };
+    match from.get(field) {
+        Some(v) => {
+            o.insert(field.to_string(), v.clone());
+        }
+        None => {
+            o.remove(field);
+        }
+    }
+}
+
+/// A resource the server serves.
+pub struct Resource {
+    pub info: ResourceInfo,
+    /// Decodes JSON into the resource's Rust type and back: unknown fields are dropped and
+    /// wrongly typed ones refused (400), as upstream's decoder does.
+    pub normalize: fn(Value) -> ApiResult<Value>,
+    pub hooks: Box<dyn Hooks>,
+}
+
+impl Resource {
+    pub fn new<K>(info: ResourceInfo, hooks: impl Hooks) -> Arc<Self>
+    where
+        K: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource,
+    {
+        Arc::new(Self { info, normalize: normalize::<K>, hooks: Box::new(hooks) })
+    }
+}
+
+/// The typed round trip behind [`Resource::normalize`].
+pub fn normalize<K>(v: Value) -> ApiResult<Value>
+where
+    K: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource,
+{
+    let typed: K = serde_json::from_value(v).map_err(|e| ApiError::bad_request(decode_message::<K>(&e)))?;
+    let mut out = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Some(o) = out.as_object_mut() {
+        o.insert("apiVersion".into(), Value::String(K::API_VERSION.into()));
+        o.insert("kind".into(), Value::String(K::KIND.into()));
+    }
+    Ok(out)
+}
+
+fn decode_message<K: k8s_openapi::Resource>(e: &serde_json::Error) -> String {
+    format!("error decoding {} {}: {e}", K::API_VERSION, K::KIND)
+}
+
+/// The resource with no special behaviour beyond keeping status apart.
+pub struct Plain {
+    pub status: bool,
+    pub generation: bool,
+}
+
+impl Hooks for Plain {
+    fn has_status(&self) -> bool {
+        self.status
+    }
+    fn tracks_generation(&self) -> bool {
+        self.generation
+    }
+}

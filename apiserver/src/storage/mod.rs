@@ -1,0 +1,3 @@
+//! Storage: the etcd v3 client everything is stored through.
+
+pub mod etcd3;
