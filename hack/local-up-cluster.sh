@@ -4,14 +4,19 @@
 # $LOCAL_UP_DIR, prints how to reach each component, and stops everything it started on
 # Ctrl-C or SIGTERM.
 #
-# Components today: etcd. (kube-apiserver, scheduler, controller-manager and kubelet are
-# added here as they land; the kubelet will use $LOCAL_UP_DIR/manifests.)
+# Components today: etcd and kube-apiserver. (Scheduler, controller-manager and kubelet are
+# added here as they land; the kubelet will use $LOCAL_UP_DIR/manifests.) kubectl reaches
+# the cluster with KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig (a static admin token; the
+# serving certificate is self-signed and its CA is in $LOCAL_UP_DIR/certs/apiserver.crt).
 #
 # Environment:
 #   LOCAL_UP_DIR      state directory (default /tmp/local-up-cluster)
 #   ETCD_HOST         address etcd listens on (default 127.0.0.1)
 #   ETCD_PORT         etcd client port (default 2379); ETCD_PEER_PORT (2380)
 #   ETCD_METRICS_PORT etcd metrics port (default 2381)
+#   API_HOST          address kube-apiserver listens on (default 127.0.0.1)
+#   API_SECURE_PORT   kube-apiserver port (default 6443)
+#   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +27,9 @@ ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
 ETCD_PORT="${ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
 ETCD_METRICS_PORT="${ETCD_METRICS_PORT:-2381}"
+API_HOST="${API_HOST:-127.0.0.1}"
+API_SECURE_PORT="${API_SECURE_PORT:-6443}"
+SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="$CARGO_TARGET_DIR/release"
 
@@ -43,7 +51,7 @@ trap 'exit 143' TERM
 
 hack/install-deps.sh
 echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
-cargo build --release --locked -p etcd
+cargo build --release --locked -p etcd -p apiserver
 
 mkdir -p "$LOCAL_UP_DIR/logs"
 
@@ -74,11 +82,62 @@ for _ in $(seq 1 300); do
 done
 curl -fsS "$ETCD_CLIENT_URL/health" >/dev/null
 
+# kube-apiserver with a static admin token (system:masters), as upstream's script does
+# for its admin user.
+mkdir -p "$LOCAL_UP_DIR/certs"
+if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]]; then
+  echo "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'),admin,admin,system:masters" >"$LOCAL_UP_DIR/tokens.csv"
+fi
+ADMIN_TOKEN="$(cut -d, -f1 "$LOCAL_UP_DIR/tokens.csv")"
+"$BIN/kube-apiserver" \
+  --etcd-servers="$ETCD_CLIENT_URL" \
+  --bind-address="$API_HOST" \
+  --secure-port="$API_SECURE_PORT" \
+  --cert-dir="$LOCAL_UP_DIR/certs" \
+  --token-auth-file="$LOCAL_UP_DIR/tokens.csv" \
+  --service-cluster-ip-range="$SERVICE_CLUSTER_IP_RANGE" \
+  >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
+PIDS+=($!)
+API_URL="https://${API_HOST}:${API_SECURE_PORT}"
+for _ in $(seq 1 300); do
+  if curl -fsS --cacert "$LOCAL_UP_DIR/certs/apiserver.crt" "$API_URL/readyz" >/dev/null 2>&1; then
+    break
+  fi
+  if ! kill -0 "${PIDS[1]}" 2>/dev/null; then
+    echo "local-up-cluster: kube-apiserver exited; see $LOCAL_UP_DIR/logs/kube-apiserver.log" >&2
+    tail -20 "$LOCAL_UP_DIR/logs/kube-apiserver.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+curl -fsS --cacert "$LOCAL_UP_DIR/certs/apiserver.crt" "$API_URL/readyz" >/dev/null
+cat >"$LOCAL_UP_DIR/admin.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local-up-cluster
+  cluster:
+    server: $API_URL
+    certificate-authority: $LOCAL_UP_DIR/certs/apiserver.crt
+users:
+- name: admin
+  user:
+    token: $ADMIN_TOKEN
+contexts:
+- name: local-up-cluster
+  context:
+    cluster: local-up-cluster
+    user: admin
+current-context: local-up-cluster
+KUBECONFIG
+
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
-  etcd      $ETCD_CLIENT_URL (metrics and health: http://${ETCD_HOST}:${ETCD_METRICS_PORT}/metrics)
-            ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URL endpoint status -w table
+  etcd            $ETCD_CLIENT_URL (metrics and health: http://${ETCD_HOST}:${ETCD_METRICS_PORT}/metrics)
+                  ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URL endpoint status -w table
+  kube-apiserver  $API_URL
+                  export KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig; kubectl get ns
 
 Press Ctrl-C to stop.
 INFO

@@ -8,7 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: build scripts are single-threaded at this point; prost-build reads PROTOC.
     unsafe { std::env::set_var("PROTOC", protoc) };
 
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto");
+    // Read at run time, not with env!(): cargo may reuse this compiled build script for a
+    // clone at another path (CI builds a fresh clone into the shared target directory).
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     println!("cargo:rerun-if-changed={}", root.display());
 
     let protos = [

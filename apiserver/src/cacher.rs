@@ -34,6 +34,8 @@ pub enum EventType {
     Modified,
     Deleted,
     Bookmark,
+    /// The watch ends with an error (its object is a Status), as upstream's ERROR event.
+    Error,
 }
 
 impl EventType {
@@ -43,6 +45,7 @@ impl EventType {
             Self::Modified => "MODIFIED",
             Self::Deleted => "DELETED",
             Self::Bookmark => "BOOKMARK",
+            Self::Error => "ERROR",
         }
     }
 }
@@ -176,6 +179,8 @@ impl Cacher {
             let Some(key) = kv.key.strip_prefix(&self.prefix) else { continue };
             match serde_json::from_slice::<Value>(&kv.value) {
                 Ok(v) => {
+                    // The cache holds objects in this resource's shape (see Hooks::stored_to_served).
+                    let v = self.resource.hooks.stored_to_served(v);
                     objects.insert(key.to_string(), (Arc::new(with_rv(v, kv.mod_revision)), kv.mod_revision));
                 }
                 Err(e) => tracing::error!(key = kv.key, "stored object does not decode: {e}"),
@@ -224,7 +229,7 @@ impl Cacher {
                         tracing::error!(key = c.key, "stored object does not decode");
                         continue;
                     };
-                    let obj = Arc::new(with_rv(v, c.mod_revision));
+                    let obj = Arc::new(with_rv(self.resource.hooks.stored_to_served(v), c.mod_revision));
                     st.objects.insert(key.clone(), (obj.clone(), c.mod_revision));
                     let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
                     Event { kind, key, obj, prev, rv: c.mod_revision }
@@ -443,7 +448,9 @@ impl Cacher {
 
 /// What a watcher with `filter` sees of an event: an object entering the selection is
 /// ADDED, one leaving it is DELETED (upstream's semantics for selector watches).
-fn translate(res: &Resource, filter: &Filter, ev: &Event) -> Option<Event> {
+/// The event a change means to a watcher with `filter`: a change that moves an object into
+/// the selection is ADDED for it, one that moves it out DELETED.
+pub(crate) fn translate(res: &Resource, filter: &Filter, ev: &Event) -> Option<Event> {
     let now = filter.matches(res, &ev.obj);
     let before = ev.prev.as_ref().is_some_and(|p| filter.matches(res, p));
     let kind = match ev.kind {

@@ -8,7 +8,7 @@
 //! - [`registry`]: the generic store and the per-resource hooks ([`registry::resources`]).
 //! - [`handlers`]: routing, content negotiation, verbs, watch streams, subresources.
 //! - [`discovery`], [`openapi`], [`health`], [`metrics`], [`authn`].
-//! - [`selectors`], [`validation`], [`patch`], [`table`] and [`printers`], [`protobuf`].
+//! - [`selectors`], [`validation`], [`field_validation`], [`patch`], [`table`] and [`printers`], [`protobuf`].
 //! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`].
 //!
 //! A write: handler → decode → hooks (default, validate) → etcd Txn guarded by the
@@ -21,6 +21,7 @@ pub mod cacher;
 pub mod config;
 pub mod discovery;
 pub mod errors;
+pub mod field_validation;
 pub mod handlers;
 pub mod health;
 pub mod metrics;
@@ -126,7 +127,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         metrics,
         etcd,
         services,
-        openapi: Arc::new(openapi::OpenApi::default()),
+        openapi: Arc::new(openapi::OpenApi::new(&registry)),
     });
     {
         let registry = registry.clone();

@@ -107,7 +107,7 @@ impl Services {
             if requested.is_empty() && !old_ip.is_empty() {
                 svc["spec"]["clusterIP"] = json!(old_ip);
                 svc["spec"]["clusterIPs"] = json!([old_ip]);
-            } else if requested != old_ip && requested != "None" {
+            } else if requested != "None" && (requested.is_empty() || requested != old_ip) {
                 let ip = if requested.is_empty() {
                     self.allocate_ip(&mut used)
                         .ok_or_else(|| ApiError::internal("failed to allocate a serviceIP: range is full"))?

@@ -47,7 +47,8 @@ pub fn columns(info: &ResourceInfo) -> Vec<Column> {
         priority: 0,
     }];
     cols.extend(crate::printers::columns(info.kind));
-    if !cols.iter().any(|c| c.name == "Age") {
+    // A kind with a printer has exactly upstream's columns (with or without Age).
+    if !crate::printers::has_printer(info.kind) {
         cols.push(col("Age", "string", "", 0));
     }
     cols
@@ -55,11 +56,9 @@ pub fn columns(info: &ResourceInfo) -> Vec<Column> {
 
 /// The cells of one object, in [`columns`]'s order.
 pub fn cells(info: &ResourceInfo, obj: &Value, now: i64) -> Vec<Value> {
-    let mut row = vec![json!(obj["metadata"]["name"].as_str().unwrap_or_default())];
-    let own = crate::printers::cells(info.kind, obj, now);
-    let has_age = crate::printers::columns(info.kind).iter().any(|c| c.name == "Age");
-    row.extend(own);
-    if !has_age {
+    let mut row = vec![json!(crate::printers::name_cell(info.kind, obj))];
+    row.extend(crate::printers::cells(info.kind, obj, now));
+    if !crate::printers::has_printer(info.kind) {
         row.push(json!(age(&obj["metadata"]["creationTimestamp"], now)));
     }
     row

@@ -40,11 +40,23 @@ fn generate(cfg: &Config, cert: &std::path::Path, key: &std::path::Path) -> Resu
         names.push(cfg.listen.ip().to_string());
     }
     names.dedup();
+    // As upstream: a throwaway CA signs the serving certificate, and the file holds both, so
+    // clients can trust the file itself (`certificate-authority: apiserver.crt`).
+    let host = cfg.advertise.to_string();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("{host}-ca@self-signed"));
+    ca_params.key_usages =
+        vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+    let ca_key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).map_err(|e| e.to_string())?;
     let mut params = CertificateParams::new(names).map_err(|e| e.to_string())?;
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{}@self-signed", cfg.advertise));
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{host}@self-signed"));
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let pair = KeyPair::generate().map_err(|e| e.to_string())?;
-    let c = params.self_signed(&pair).map_err(|e| e.to_string())?;
-    std::fs::write(cert, c.pem()).map_err(|e| format!("{}: {e}", cert.display()))?;
+    let c = params.signed_by(&pair, &*ca).map_err(|e| e.to_string())?;
+    std::fs::write(cert, format!("{}{}", c.pem(), ca.pem()))
+        .map_err(|e| format!("{}: {e}", cert.display()))?;
     std::fs::write(key, pair.serialize_pem()).map_err(|e| format!("{}: {e}", key.display()))?;
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600));

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod apiserver;
 pub mod cluster;
 pub mod netns;
 pub mod pki;
@@ -488,7 +489,7 @@ pub struct Spawned {
 }
 
 impl Spawned {
-    fn new(mut child: Child) -> Self {
+    pub fn new(mut child: Child) -> Self {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

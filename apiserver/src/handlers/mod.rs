@@ -24,6 +24,8 @@ use tokio::sync::Semaphore;
 
 use crate::cacher::Filter;
 use crate::errors::{ApiError, ApiResult, success_status};
+use crate::field_validation::FieldValidation;
+use crate::openapi::OpenApi;
 use crate::registry::Registry;
 use crate::registry::store::{DeleteOptions, Deleted, ListOptions, Store};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -54,7 +56,7 @@ pub struct Api {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub etcd: crate::storage::etcd3::Etcd,
     pub services: Arc<crate::services::Services>,
-    pub openapi: Arc<crate::openapi::OpenApi>,
+    pub openapi: Arc<OpenApi>,
 }
 
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
@@ -104,6 +106,34 @@ fn respond(status: StatusCode, v: &Value, output: Output, store: &Store, q: &Que
     }
 }
 
+/// Finds the fields of a written object its schema lacks, under the request's
+/// `fieldValidation` (see [`crate::field_validation`]): an error under `Strict`, else the
+/// warnings for [`with_warnings`].
+pub async fn check_fields(
+    openapi: &OpenApi,
+    store: &Store,
+    q: &Query,
+    obj: &Value,
+) -> ApiResult<Vec<String>> {
+    let fv = FieldValidation::from_query(q)?;
+    if fv == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    openapi.rendered().await;
+    let info = &store.res.info;
+    fv.check(openapi.patch_meta(info.group, info.version, info.kind), info.kind, info.version, obj)
+}
+
+/// Adds one `Warning` header per message, as upstream returns field validation warnings.
+pub fn with_warnings(mut resp: Response<BoxBody>, warnings: &[String]) -> Response<BoxBody> {
+    for w in crate::field_validation::warning_headers(warnings) {
+        if let Ok(v) = HeaderValue::from_str(&w) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
 fn parse_rv(q: &Query) -> ApiResult<Option<i64>> {
     match q.get("resourceVersion").map(String::as_str) {
         None | Some("") => Ok(None),
@@ -128,22 +158,28 @@ fn filter_of(store: &Store, info: &RequestInfo, q: &Query) -> ApiResult<Filter> 
     })
 }
 
+/// Reads and drops what is left of a request body in the background, at most the request
+/// limit and for a few seconds. Answering without reading the body makes HTTP/2 reset the
+/// stream, and some clients (curl) then throw away the error response already sent.
+fn discard_body(body: Incoming) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(5), Limited::new(body, MAX_BODY).collect()).await;
+    });
+}
+
 fn delete_options(q: &Query, body: &Option<Value>) -> ApiResult<DeleteOptions> {
     let b = body.clone().unwrap_or(json!({}));
     let grace = match q.get("gracePeriodSeconds") {
         Some(s) => Some(s.parse::<i64>().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
         None => b["gracePeriodSeconds"].as_i64(),
     };
+    let orphan_dependents =
+        b["orphanDependents"].as_bool().or_else(|| q.get("orphanDependents").map(|s| s == "true"));
     let propagation = q
         .get("propagationPolicy")
         .cloned()
         .or_else(|| b["propagationPolicy"].as_str().map(str::to_string))
-        .or_else(|| {
-            match b["orphanDependents"].as_bool().or_else(|| q.get("orphanDependents").map(|s| s == "true")) {
-                Some(true) => Some("Orphan".to_string()),
-                _ => None,
-            }
-        });
+        .or_else(|| orphan_dependents.filter(|o| *o).map(|_| "Orphan".to_string()));
     if let Some(p) = &propagation
         && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
     {
@@ -154,6 +190,7 @@ fn delete_options(q: &Query, body: &Option<Value>) -> ApiResult<DeleteOptions> {
     Ok(DeleteOptions {
         grace_period: grace,
         propagation,
+        orphan_dependents,
         precondition_uid: b["preconditions"]["uid"].as_str().map(str::to_string),
         precondition_rv: b["preconditions"]["resourceVersion"].as_str().map(str::to_string),
         dry_run: is_dry_run(q, &b),
@@ -201,6 +238,7 @@ impl Api {
             _ => {}
         }
         if let Err(e) = self.authn.authenticate(req.headers()) {
+            discard_body(req.into_body());
             return (Err(e), None);
         }
         let q = query_of(req.uri());
@@ -226,7 +264,10 @@ impl Api {
             };
             match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
-                Err(_) => return (Err(ApiError::too_many_requests(1)), labels),
+                Err(_) => {
+                    discard_body(req.into_body());
+                    return (Err(ApiError::too_many_requests(1)), labels);
+                }
             }
         };
         let _inflight = self.metrics.inflight(info.verb);
@@ -258,16 +299,25 @@ impl Api {
             return Ok(full(StatusCode::OK, component_base::metrics::CONTENT_TYPE, self.metrics.encode()));
         }
         if path.starts_with("/openapi/") {
-            return self.openapi.respond(&path, &accept);
+            return self.openapi.respond_to(&req);
         }
         crate::discovery::respond(&self.registry, &path, &accept).ok_or_else(|| ApiError::no_route(&path))
     }
 
     async fn read_body(req: Request<Incoming>) -> ApiResult<(HeaderMap, Bytes)> {
         let (parts, body) = req.into_parts();
+        let too_large = || ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"));
+        // A declared length over the limit is refused before any byte is read, so a client
+        // that sent `Expect: 100-continue` gets the 413 instead of a reset mid-upload.
+        let declared =
+            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY as u64) {
+            discard_body(body);
+            return Err(too_large());
+        }
         let bytes = Limited::new(body, MAX_BODY).collect().await.map_err(|e| {
             if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                ApiError::too_large(format!("the request body is larger than {MAX_BODY} bytes"))
+                too_large()
             } else {
                 ApiError::bad_request(format!("reading the request body: {e}"))
             }
@@ -321,6 +371,7 @@ impl Api {
             "create" => {
                 let (headers, body) = Self::read_body(req).await?;
                 let obj = codec::decode(&headers, &body)?;
+                let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
                 let dry = is_dry_run(&q, &obj);
                 self.check_namespace(&store, ns).await?;
                 let created = if store.res.info.kind == "Service" {
@@ -328,12 +379,13 @@ impl Api {
                 } else {
                     store.create(ns, obj, dry).await?
                 };
-                Ok(respond(StatusCode::CREATED, &created, output, &store, &q))
+                Ok(with_warnings(respond(StatusCode::CREATED, &created, output, &store, &q), &warnings))
             }
             "update" => {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
                 let obj = codec::decode(&headers, &body)?;
+                let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
                 let dry = is_dry_run(&q, &obj);
                 let (obj, created) = if store.res.info.kind == "Service" {
                     self.services.update(&store, ns, &name, obj, dry).await?
@@ -341,13 +393,15 @@ impl Api {
                     store.update(ns, &name, obj, None, dry).await?
                 };
                 let code = if created { StatusCode::CREATED } else { StatusCode::OK };
-                Ok(respond(code, &obj, output, &store, &q))
+                Ok(with_warnings(respond(code, &obj, output, &store, &q), &warnings))
             }
             "patch" => {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
-                let obj = crate::patch::apply_patch(&store, ns, &name, None, &headers, &body, &q).await?;
-                Ok(respond(StatusCode::OK, &obj, output, &store, &q))
+                let patch = crate::patch::Patch::decode(&headers, &body)?;
+                let (obj, warnings) =
+                    crate::patch::apply_patch(&store, &self.openapi, ns, &name, None, patch, &q).await?;
+                Ok(with_warnings(respond(StatusCode::OK, &obj, output, &store, &q), &warnings))
             }
             "delete" => {
                 let name = info.name.clone().unwrap_or_default();
@@ -378,7 +432,16 @@ impl Api {
                         };
                         Ok(respond(StatusCode::OK, &body, output, &store, &q))
                     }
-                    Deleted::Pending(obj) => Ok(respond(StatusCode::ACCEPTED, &obj, output, &store, &q)),
+                    // Upstream answers 200 for a delete still pending (grace period,
+                    // finalizers) and keeps 202 for the old `orphanDependents: false` only.
+                    Deleted::Pending(obj) => {
+                        let status = if opts.orphan_dependents == Some(false) {
+                            StatusCode::ACCEPTED
+                        } else {
+                            StatusCode::OK
+                        };
+                        Ok(respond(status, &obj, output, &store, &q))
+                    }
                 }
             }
             "deletecollection" => {

@@ -13,7 +13,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::registry::store::Store;
 
 pub async fn handle(
-    _api: &Api,
+    api: &Api,
     store: &Store,
     info: &RequestInfo,
     sub: &str,
@@ -34,15 +34,17 @@ pub async fn handle(
         ("status", "update") => {
             let (headers, body) = body_of(req).await?;
             let obj = codec::decode(&headers, &body)?;
+            let warnings = super::check_fields(&api.openapi, store, &q, &obj).await?;
             let dry = super::dry_run(&q);
             let (obj, _) = store.update(ns, &name, obj, Some("status"), dry).await?;
-            Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
+            Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
         ("status", "patch") => {
             let (headers, body) = body_of(req).await?;
-            let obj =
-                crate::patch::apply_patch(store, ns, &name, Some("status"), &headers, &body, &q).await?;
-            Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
+            let patch = crate::patch::Patch::decode(&headers, &body)?;
+            let (obj, warnings) =
+                crate::patch::apply_patch(store, &api.openapi, ns, &name, Some("status"), patch, &q).await?;
+            Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
         ("scale", "get") => {
             let obj = store.get(ns, &name, rv_of(&q)?).await?;

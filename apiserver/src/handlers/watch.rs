@@ -55,7 +55,7 @@ pub async fn serve(
             };
             let Some(ev) = ev else { break };
             let object = match output {
-                Output::Table if ev.kind != EventType::Bookmark => {
+                Output::Table if !matches!(ev.kind, EventType::Bookmark | EventType::Error) => {
                     let t = to_table(&watch_store.res.info, &ev.obj, include, first);
                     first = false;
                     t
@@ -69,7 +69,9 @@ pub async fn serve(
                 break;
             }
         }
-        watch_store.cacher.stop_watch(id);
+        if let Some(id) = id {
+            watch_store.cacher.stop_watch(id);
+        }
     });
     let body = StreamBody::new(ReceiverStream::new(rx)).boxed_unsync();
     let mut resp = Response::new(body);

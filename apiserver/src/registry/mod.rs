@@ -1,6 +1,7 @@
 //! The resources the server serves: one generic [`store::Store`] per resource, configured
 //! by the resource's [`resource::Hooks`] (defined under [`resources`]).
 
+pub mod etcd_watch;
 pub mod resource;
 pub mod resources;
 pub mod store;

@@ -164,6 +164,19 @@ pub trait Hooks: Send + Sync + 'static {
     fn keep_while_deleting(&self, obj: &Value) -> bool {
         self.default_grace_period(obj).is_some()
     }
+
+    /// Converts an object as stored into this resource's shape. Resources that share
+    /// their storage with another version's shape (events.k8s.io/v1 Events are stored as
+    /// core/v1 Events, under the same etcd key) convert here; the store and the watch
+    /// cache apply it to everything they read from etcd.
+    fn stored_to_served(&self, obj: Value) -> Value {
+        obj
+    }
+
+    /// The inverse of [`Hooks::stored_to_served`]: the shape written to etcd.
+    fn served_to_stored(&self, obj: Value) -> Value {
+        obj
+    }
 }
 
 /// Copies `field` of `from` into `to` (or removes it from `to` when `from` has none).

@@ -32,6 +32,8 @@ pub struct ListOptions {
 pub struct DeleteOptions {
     pub grace_period: Option<i64>,
     pub propagation: Option<String>,
+    /// The deprecated `orphanDependents`, as given (it only changes the status code now).
+    pub orphan_dependents: Option<bool>,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
     pub dry_run: bool,
@@ -50,7 +52,8 @@ pub struct Store {
     pub cacher: Arc<Cacher>,
     /// `/registry/<etcd_resource>/`
     pub prefix: String,
-    /// `--watch-cache`: when off, gets and lists read etcd (watches still use the cache).
+    /// `--watch-cache`: when off, gets and lists read etcd and each watch has its own etcd
+    /// watch ([`super::etcd_watch`]).
     pub watch_cache: bool,
 }
 
@@ -115,9 +118,11 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What is stored: the object without its resourceVersion (etcd's revision is the truth).
-fn storable(obj: &Value) -> ApiResult<Vec<u8>> {
-    let mut o = obj.clone();
+/// What is stored: the object without its resourceVersion (etcd's revision is the truth),
+/// in the storage shape (`Hooks::served_to_stored`, for resources stored in another version's
+/// shape).
+fn storable(hooks: &dyn super::resource::Hooks, obj: &Value) -> ApiResult<Vec<u8>> {
+    let mut o = hooks.served_to_stored(obj.clone());
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
@@ -166,6 +171,7 @@ impl Store {
             .ok_or_else(|| self.not_found(name))?;
         let v: Value = serde_json::from_slice(&kv.value)
             .map_err(|e| ApiError::internal(format!("stored object: {e}")))?;
+        let v = self.res.hooks.stored_to_served(v);
         Ok((with_rv(v, kv.mod_revision), kv.mod_revision))
     }
 
@@ -239,7 +245,7 @@ impl Store {
                 continue;
             }
             let Ok(v) = serde_json::from_slice::<Value>(&kv.value) else { continue };
-            let obj = with_rv(v, kv.mod_revision);
+            let obj = with_rv(self.res.hooks.stored_to_served(v), kv.mod_revision);
             if !opts.filter.matches(&self.res, &obj) {
                 continue;
             }
@@ -278,7 +284,10 @@ impl Store {
         filter: Filter,
         rv: Option<i64>,
         bookmarks: bool,
-    ) -> ApiResult<(tokio::sync::mpsc::Receiver<Event>, u64)> {
+    ) -> ApiResult<(tokio::sync::mpsc::Receiver<Event>, Option<u64>)> {
+        if !self.watch_cache {
+            return Ok((super::etcd_watch::watch(self, filter, rv).await?, None));
+        }
         if let Some(r) = rv
             && r > 0
             && !self.cacher.wait_for(r, Duration::from_secs(3)).await
@@ -291,7 +300,8 @@ impl Store {
         if rv.is_none() {
             self.cacher.sync().await?;
         }
-        self.cacher.watch(filter, rv, bookmarks)
+        let (events, id) = self.cacher.watch(filter, rv, bookmarks)?;
+        Ok((events, Some(id)))
     }
 
     /// Runs the checks and defaults a create makes, without storing: the object as it
@@ -340,7 +350,7 @@ impl Store {
     pub async fn insert(&self, obj: Value) -> ApiResult<Value> {
         let name = name_of(&obj).to_string();
         let ns = meta(&obj)["namespace"].as_str().map(str::to_string);
-        let bytes = storable(&obj)?;
+        let bytes = storable(&*self.res.hooks, &obj)?;
         let rev = self
             .etcd
             .create(&self.key(ns.as_deref(), &name), bytes)
@@ -474,7 +484,7 @@ impl Store {
                 self.etcd.delete(&self.key(ns, name), rev).await.map_err(|e| self.storage_error(name, e))?;
             return Ok(with_rv(new, drev));
         }
-        let bytes = storable(&new)?;
+        let bytes = storable(&*self.res.hooks, &new)?;
         let r = self
             .etcd
             .update(&self.key(ns, name), bytes, rev)
@@ -593,7 +603,7 @@ impl Store {
             if opts.dry_run {
                 return Ok(Deleted::Pending(obj));
             }
-            let bytes = storable(&obj)?;
+            let bytes = storable(&*self.res.hooks, &obj)?;
             match self.etcd.update(&self.key(ns, name), bytes, rev).await {
                 Ok(r) => return Ok(Deleted::Pending(with_rv(obj, r))),
                 Err(StorageError::Conflict { .. }) => continue,

@@ -127,8 +127,11 @@ pub struct Etcd {
     kv: KvClient<Channel>,
     watch: WatchClient<Channel>,
     /// Observed request durations, for etcd_request_duration_seconds.
-    pub observe: Arc<Mutex<Option<Box<dyn Fn(&str, Duration) + Send + Sync>>>>,
+    pub observe: Arc<Mutex<Option<Observer>>>,
 }
+
+/// Called with the operation and duration of every etcd request.
+pub type Observer = Box<dyn Fn(&str, Duration) + Send + Sync>;
 
 impl Etcd {
     /// Connects (lazily) to the servers; calls fail over between them.
@@ -387,10 +390,9 @@ impl Etcd {
                 if msg.events.is_empty() {
                     if !msg.created
                         && let Some(h) = msg.header
+                        && tx.send(Ok(WatchItem::Progress(h.revision))).await.is_err()
                     {
-                        if tx.send(Ok(WatchItem::Progress(h.revision))).await.is_err() {
-                            return;
-                        }
+                        return;
                     }
                     continue;
                 }

@@ -11,7 +11,21 @@ pub mod others;
 
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use super::resource::Resource;
+
+/// The items of the array at `v[key]`, when there is one. (Indexing a `Value` mutably
+/// inserts a missing key as null, and turns a null into an object: defaulting must not
+/// leave such traces in stored objects.)
+pub fn items_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten()
+}
+
+/// `v[k0][k1]...` when present (see [`items_mut`]).
+pub fn at_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(v, |v, k| v.get_mut(*k))
+}
 
 /// All resources, in discovery order.
 pub fn all() -> Vec<Arc<Resource>> {

@@ -1,12 +1,17 @@
-//! PATCH: JSON merge patch (RFC 7386) and JSON patch (RFC 6902) on any object. A patch is
-//! applied to the stored object in a read-modify-write that retries on conflicts, unless
-//! the patch itself pins a resourceVersion.
+//! PATCH: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and, for kinds with a schema,
+//! strategic merge patch ([`strategic`]). A patch is applied to the stored object in a
+//! read-modify-write that retries on conflicts, unless the patch itself pins a
+//! resourceVersion.
+
+pub mod strategic;
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use crate::errors::{ApiError, ApiResult};
+use crate::field_validation::FieldValidation;
 use crate::handlers::Query;
+use crate::openapi::OpenApi;
 use crate::registry::store::Store;
 
 /// Most operations one JSON patch may have (upstream's limit).
@@ -184,60 +189,104 @@ impl ApiError {
     }
 }
 
-/// Strategic-merge directives (`$patch`, `$setElementOrder/...`, `$retainKeys`,
-/// `$deleteFromPrimitiveList/...`) have no meaning in a merge patch: drop them so they
-/// never reach stored objects.
-fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.starts_with('$'));
-            for x in m.values_mut() {
-                strip_directives(x);
+/// A PATCH body, decoded by its `Content-Type`.
+#[derive(Debug)]
+pub enum Patch {
+    /// `application/json-patch+json`: a list of operations.
+    Json(Value),
+    /// `application/merge-patch+json`.
+    Merge(Value),
+    /// `application/strategic-merge-patch+json`.
+    Strategic(Value),
+}
+
+impl Patch {
+    /// Decodes a PATCH body; 415 for a type that is no patch (or server-side apply, which is
+    /// not implemented).
+    pub fn decode(headers: &HeaderMap, body: &[u8]) -> ApiResult<Self> {
+        let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let make: fn(Value) -> Self = match ct.split(';').next().unwrap_or_default().trim() {
+            "application/json-patch+json" => Self::Json,
+            "application/merge-patch+json" => Self::Merge,
+            "application/strategic-merge-patch+json" => Self::Strategic,
+            "application/apply-patch+yaml" => {
+                return Err(ApiError::unsupported_media_type(
+                    "application/apply-patch+yaml (server-side apply)",
+                ));
             }
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_directives),
-        _ => {}
+            other => return Err(ApiError::unsupported_media_type(other)),
+        };
+        serde_json::from_slice(body)
+            .map(make)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
     }
 }
 
-/// Applies a PATCH request to the stored object and stores the result.
+/// Upstream's answer to a strategic merge patch of a kind without Go struct (a custom
+/// resource): the types it does take.
+fn strategic_unsupported() -> ApiError {
+    let mut e = ApiError::unsupported_media_type("application/strategic-merge-patch+json");
+    e.message = "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        .into();
+    e
+}
+
+/// Applies a PATCH request to the stored object and stores the result. `openapi` gives a
+/// strategic merge patch the kind's patch strategies (the status subresource's kind is the
+/// resource's).
 pub async fn apply_patch(
     store: &Store,
+    openapi: &OpenApi,
     ns: Option<&str>,
     name: &str,
     subresource: Option<&str>,
-    headers: &HeaderMap,
-    body: &[u8],
+    patch: Patch,
     q: &Query,
-) -> ApiResult<Value> {
-    let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let kind = ct.split(';').next().unwrap_or_default().trim();
-    let patch: Value = match kind {
-        "application/merge-patch+json"
-        | "application/json-patch+json"
-        | "application/strategic-merge-patch+json" => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
-        "application/apply-patch+yaml" => {
-            return Err(ApiError::unsupported_media_type("application/apply-patch+yaml (server-side apply)"));
-        }
-        other => return Err(ApiError::unsupported_media_type(other)),
+) -> ApiResult<(Value, Vec<String>)> {
+    let fields = FieldValidation::from_query(q)?;
+    let info = &store.res.info;
+    let schema = if matches!(patch, Patch::Strategic(_)) || fields != FieldValidation::Ignore {
+        openapi.rendered().await;
+        openapi.patch_meta(info.group, info.version, info.kind)
+    } else {
+        None
     };
+    let meta = match patch {
+        Patch::Strategic(_) => Some(schema.ok_or_else(strategic_unsupported)?),
+        _ => None,
+    };
+    // The warnings of the last attempt of the update loop.
+    let warnings = parking_lot::Mutex::new(Vec::new());
     let dry = crate::handlers::dry_run(q);
-    let pinned = match kind {
-        "application/json-patch+json" => None,
-        _ => patch["metadata"]["resourceVersion"].as_str().map(str::to_string),
+    let pinned = match &patch {
+        Patch::Json(_) => None,
+        Patch::Merge(p) | Patch::Strategic(p) => {
+            p["metadata"]["resourceVersion"].as_str().map(str::to_string)
+        }
     };
     store
         .guaranteed_update(ns, name, subresource, dry, |old| {
-            let mut doc = old.clone();
-            match kind {
-                "application/json-patch+json" => json_patch(&mut doc, &patch)?,
-                _ => {
-                    let mut p = patch.clone();
-                    strip_directives(&mut p);
-                    merge_patch(&mut doc, &p);
+            let doc = match &patch {
+                Patch::Json(p) => {
+                    let mut doc = old.clone();
+                    json_patch(&mut doc, p)?;
+                    doc
                 }
-            }
+                Patch::Merge(p) => {
+                    let mut doc = old.clone();
+                    merge_patch(&mut doc, p);
+                    doc
+                }
+                Patch::Strategic(p) => strategic::strategic_merge(old, p, meta).map_err(|e| {
+                    let mut err = ApiError::bad_request(e.to_string());
+                    if e.code() == 422 {
+                        err.code = 422;
+                        err.reason = "Invalid";
+                    }
+                    err
+                })?,
+            };
             if let Some(rv) = &pinned
                 && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
             {
@@ -246,9 +295,12 @@ pub async fn apply_patch(
             if doc["metadata"]["name"].as_str() != Some(name) {
                 return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
             }
+            // The stored object has no unknown fields, so any found came with the patch.
+            *warnings.lock() = fields.check(schema, info.kind, info.version, &doc)?;
             Ok(doc)
         })
         .await
+        .map(|obj| (obj, warnings.into_inner()))
 }
 
 #[cfg(test)]

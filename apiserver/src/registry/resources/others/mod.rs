@@ -1,5 +1,20 @@
 //! The smaller groups: coordination, discovery, events, rbac, policy, scheduling, storage,
-//! networking, node.
+//! networking, node — one module per resource.
+
+pub mod cluster_role;
+pub mod cluster_role_binding;
+pub mod endpoint_slice;
+pub mod event;
+pub mod ingress;
+pub mod ingress_class;
+pub mod lease;
+pub mod network_policy;
+pub mod pod_disruption_budget;
+pub mod priority_class;
+pub mod role;
+pub mod role_binding;
+pub mod runtime_class;
+pub mod storage_class;
 
 use std::sync::Arc;
 
@@ -7,35 +22,35 @@ use k8s_openapi::api::{
     coordination, discovery, events, networking, node, policy, rbac, scheduling, storage,
 };
 
-use crate::registry::resource::{Plain, Resource, info_of};
+use crate::registry::resource::{Resource, info_of};
 
 pub fn resources() -> Vec<Arc<Resource>> {
-    let plain = || Plain { status: false, generation: false };
-    let with_status = || Plain { status: true, generation: true };
     vec![
         Resource::new::<coordination::v1::Lease>(
             info_of::<coordination::v1::Lease>("lease", &[], &[], true, &[], "leases"),
-            plain(),
+            lease::LeaseHooks,
         ),
         Resource::new::<discovery::v1::EndpointSlice>(
             info_of::<discovery::v1::EndpointSlice>("endpointslice", &[], &[], true, &[], "endpointslices"),
-            plain(),
+            endpoint_slice::EndpointSliceHooks,
         ),
+        // One storage with core/v1 Events (`/registry/events`), converted on the way in
+        // and out (see `event::EventHooks`).
         Resource::new::<events::v1::Event>(
-            info_of::<events::v1::Event>("event", &["ev"], &[], true, &[], "events.k8s.io-events"),
-            plain(),
+            info_of::<events::v1::Event>("event", &["ev"], &[], true, &[], "events"),
+            event::EventHooks,
         ),
         Resource::new::<rbac::v1::Role>(
             info_of::<rbac::v1::Role>("role", &[], &[], true, &[], "roles"),
-            plain(),
+            role::RoleHooks,
         ),
         Resource::new::<rbac::v1::RoleBinding>(
             info_of::<rbac::v1::RoleBinding>("rolebinding", &[], &[], true, &[], "rolebindings"),
-            plain(),
+            role_binding::RoleBindingHooks,
         ),
         Resource::new::<rbac::v1::ClusterRole>(
             info_of::<rbac::v1::ClusterRole>("clusterrole", &[], &[], false, &[], "clusterroles"),
-            plain(),
+            cluster_role::ClusterRoleHooks,
         ),
         Resource::new::<rbac::v1::ClusterRoleBinding>(
             info_of::<rbac::v1::ClusterRoleBinding>(
@@ -46,7 +61,7 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 &[],
                 "clusterrolebindings",
             ),
-            plain(),
+            cluster_role_binding::ClusterRoleBindingHooks,
         ),
         Resource::new::<policy::v1::PodDisruptionBudget>(
             info_of::<policy::v1::PodDisruptionBudget>(
@@ -57,7 +72,7 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 &["status"],
                 "poddisruptionbudgets",
             ),
-            with_status(),
+            pod_disruption_budget::PodDisruptionBudgetHooks,
         ),
         Resource::new::<scheduling::v1::PriorityClass>(
             info_of::<scheduling::v1::PriorityClass>(
@@ -68,11 +83,11 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 &[],
                 "priorityclasses",
             ),
-            plain(),
+            priority_class::PriorityClassHooks,
         ),
         Resource::new::<storage::v1::StorageClass>(
             info_of::<storage::v1::StorageClass>("storageclass", &["sc"], &[], false, &[], "storageclasses"),
-            plain(),
+            storage_class::StorageClassHooks,
         ),
         Resource::new::<networking::v1::NetworkPolicy>(
             info_of::<networking::v1::NetworkPolicy>(
@@ -83,19 +98,19 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 &[],
                 "networkpolicies",
             ),
-            plain(),
+            network_policy::NetworkPolicyHooks,
         ),
         Resource::new::<networking::v1::Ingress>(
             info_of::<networking::v1::Ingress>("ingress", &["ing"], &[], true, &["status"], "ingress"),
-            with_status(),
+            ingress::IngressHooks,
         ),
         Resource::new::<networking::v1::IngressClass>(
             info_of::<networking::v1::IngressClass>("ingressclass", &[], &[], false, &[], "ingressclasses"),
-            plain(),
+            ingress_class::IngressClassHooks,
         ),
         Resource::new::<node::v1::RuntimeClass>(
             info_of::<node::v1::RuntimeClass>("runtimeclass", &[], &[], false, &[], "runtimeclasses"),
-            plain(),
+            runtime_class::RuntimeClassHooks,
         ),
     ]
 }

@@ -1,0 +1,163 @@
+//! A kube-apiserver process for tests: our binary in front of an etcd (ours or Debian's),
+//! with a static token for an admin user and a kubeconfig that real kubectl and kube-rs use.
+
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Spawned, free_port, loopback_ip};
+
+/// Debian's/the machine's kubectl (v1.32): the client the API server is held to.
+pub const KUBECTL: &str = "kubectl";
+
+/// The bearer token of the test's admin user (group system:masters).
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
+
+pub struct KubeApiserver {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub kubeconfig: PathBuf,
+}
+
+impl KubeApiserver {
+    /// Starts kube-apiserver against `etcd_endpoint` and waits for /readyz.
+    pub fn start(etcd_endpoint: &str, extra_args: &[&str]) -> KubeApiserver {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ip = loopback_ip();
+        let port = free_port(ip);
+        let certs = dir.path().join("certs");
+        std::fs::create_dir_all(&certs).expect("cert dir");
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n")).expect("tokens");
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://{ip}:{port}\n    certificate-authority: {}\n  name: e2e\ncontexts:\n- context:\n    cluster: e2e\n    user: admin\n  name: e2e\ncurrent-context: e2e\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\n",
+                // The self-signed serving certificate the server writes there, as upstream,
+                // holds its own CA.
+                certs.join("apiserver.crt").display()
+            ),
+        )
+        .expect("kubeconfig");
+        let log = std::fs::File::create(dir.path().join("kube-apiserver.log")).expect("log");
+        let child = Command::new(crate::bin("kube-apiserver"))
+            .arg(format!("--etcd-servers={etcd_endpoint}"))
+            .arg(format!("--bind-address={ip}"))
+            .arg(format!("--secure-port={port}"))
+            .arg(format!("--cert-dir={}", certs.display()))
+            .arg(format!("--token-auth-file={}", tokens.display()))
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting kube-apiserver");
+        let mut a = KubeApiserver { child: Some(child), dir, ip, port, kubeconfig };
+        a.wait_ready();
+        a
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!("kube-apiserver exited with {status}; log:\n{}", self.log_tail(60));
+            }
+            let out = self.kubectl(&["get", "--raw", "/readyz"]);
+            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready after 60s; log:\n{}",
+                self.log_tail(60)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}:{}", self.ip, self.port)
+    }
+
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(KUBECTL);
+        c.env("KUBECONFIG", &self.kubeconfig).env_remove("KUBERNETES_SERVICE_HOST").args(args);
+        c
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_cmd(args).stdin(Stdio::null()).output().expect("running kubectl")
+    }
+
+    /// Runs kubectl and returns stdout, failing the test (with stderr and the server log) if it fails.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}\n--- apiserver log ---\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout),
+            self.log_tail(20)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    /// Runs kubectl with `input` on stdin (`apply -f -`, say).
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running kubectl");
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("stdin");
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// A long-running kubectl (`get -w`) whose stdout lines are collected.
+    pub fn kubectl_spawn(&self, args: &[&str]) -> Spawned {
+        let child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running kubectl");
+        Spawned::new(child)
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.path().join("kube-apiserver.log")) {
+            let _ = f.read_to_string(&mut s);
+        }
+        let all: Vec<&str> = s.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+}
+
+impl Drop for KubeApiserver {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- kube-apiserver log ---\n{}", self.log_tail(80));
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! kube-rs (the client every other component uses) against our kube-apiserver: list, watch
+//! and reflect pods while another task creates, updates and deletes them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+use e2e::apiserver::KubeApiserver;
+use e2e::{Etcd, EtcdOptions};
+
+const PODS: usize = 40;
+
+async fn client(api: &KubeApiserver) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&api.kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "kube-rs"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod")
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    Added(String),
+    Modified(String, String),
+    Deleted(String),
+}
+
+#[test]
+fn kube_rs_lists_watches_and_reflects_pods_in_order() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let rt = e2e::runtime();
+    rt.block_on(async {
+        let client = client(&api).await;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": "kube-rs"}})).unwrap();
+        namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-rs");
+        assert!(pods.list(&ListParams::default()).await.expect("list").items.is_empty());
+
+        // A raw watch that records every event, and a reflector keeping a store.
+        let (reader, writer) = reflector::store::<Pod>();
+        let reflect = tokio::spawn(
+            reflector(writer, watcher(pods.clone(), watcher::Config::default()))
+                .applied_objects()
+                .try_for_each(|_| async { Ok(()) }),
+        );
+        let mut events = kube::runtime::watcher(pods.clone(), watcher::Config::default()).boxed();
+        // The initial (empty) list is done before the writer starts.
+        loop {
+            match events.try_next().await.expect("watch").expect("stream open") {
+                watcher::Event::InitDone => break,
+                watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                other => panic!("unexpected event before InitDone: {other:?}"),
+            }
+        }
+        reader.wait_until_ready().await.expect("reflector ready");
+
+        // The writer: create, relabel, delete each pod.
+        let writer_api = pods.clone();
+        let writer = tokio::spawn(async move {
+            let mut expected = Vec::new();
+            for i in 0..PODS {
+                let name = format!("p{i:03}");
+                writer_api.create(&PostParams::default(), &pod(&name)).await.expect("create");
+                expected.push(Change::Added(name.clone()));
+                let patch = serde_json::json!({"metadata": {"labels": {"step": "updated"}}});
+                writer_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+                expected.push(Change::Modified(name.clone(), "updated".into()));
+                if i % 2 == 0 {
+                    // Unbound pods go at once, even with a grace period.
+                    writer_api.delete(&name, &DeleteParams::default()).await.expect("delete");
+                    expected.push(Change::Deleted(name));
+                }
+            }
+            expected
+        });
+
+        let expected = writer.await.expect("writer");
+        let mut seen = Vec::new();
+        let mut last_rv = 0u64;
+        while seen.len() < expected.len() {
+            let ev = tokio::time::timeout(Duration::from_secs(20), events.try_next())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("watch stalled after {} of {} changes", seen.len(), expected.len())
+                })
+                .expect("watch error")
+                .expect("watch ended");
+            let (change, pod) = match ev {
+                watcher::Event::Apply(p) => {
+                    let name = p.metadata.name.clone().unwrap();
+                    let step = p.metadata.labels.as_ref().and_then(|l| l.get("step")).cloned();
+                    match step {
+                        Some(s) => (Change::Modified(name, s), p),
+                        None => (Change::Added(name), p),
+                    }
+                }
+                watcher::Event::Delete(p) => (Change::Deleted(p.metadata.name.clone().unwrap()), p),
+                other => panic!("unexpected event {other:?}"),
+            };
+            let rv: u64 = pod.metadata.resource_version.as_deref().unwrap().parse().unwrap();
+            assert!(rv > last_rv, "resourceVersions go up: {rv} after {last_rv}");
+            last_rv = rv;
+            seen.push(change);
+        }
+        assert_eq!(seen, expected, "every change, in order");
+
+        // The reflector converges to the surviving pods (odd indexes), each updated.
+        let want: HashMap<String, ()> =
+            (0..PODS).filter(|i| i % 2 == 1).map(|i| (format!("p{i:03}"), ())).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let state = reader.state();
+            let names: HashMap<String, ()> =
+                state.iter().map(|p| (p.metadata.name.clone().unwrap(), ())).collect();
+            if names == want
+                && state.iter().all(|p| p.metadata.labels.as_ref().and_then(|l| l.get("step")).is_some())
+            {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "reflector has {:?}", names.keys());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let listed = pods.list(&ListParams::default().labels("step=updated")).await.expect("list");
+        assert_eq!(listed.items.len(), PODS / 2);
+        reflect.abort();
+    });
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Benchmark: our kube-apiserver with each etcd behind it — Debian's real etcd 3.4 (the
+# baseline) and ours — one after the other on this machine, with fresh data each time:
+#   - create 10k pods with CLIENTS concurrent clients while WATCHERS cluster-scope watches
+#     follow them (create QPS and p50/p99; watch delivery latency from create start)
+#   - READ_SECONDS of concurrent gets and namespace lists over the 10k pods
+#   - cluster-scope list latency at 10k pods (watch cache, consistent, paged by 500)
+#   - grow to 50k pods and list again
+#   - resident memory (VmRSS) of the apiserver and etcd, empty and per 10k pods
+# Not a test: machines are shared and noisy; compare figures from the same run only.
+# Upstream's SLO for single-object calls is p99 <= 1 s.
+#
+#   hack/bench/apiserver.sh                       # ~5 minutes
+#   BACKENDS=ours LARGE=20000 hack/bench/apiserver.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
+BACKENDS="${BACKENDS:-real ours}"
+CLIENTS="${CLIENTS:-16}"
+WATCHERS="${WATCHERS:-4}"
+READ_SECONDS="${READ_SECONDS:-20}"
+SMALL="${SMALL:-10000}"
+LARGE="${LARGE:-50000}"
+SCRATCH="${SCRATCH:-/var/tmp/apiserver-bench}"
+HOST=127.0.0.1
+TOKEN=bench-token
+
+hack/install-deps.sh
+cargo build --release --locked -p etcd -p apiserver -p hack 2>&1 | grep -E '^(warning|error)' || true
+B="$CARGO_TARGET_DIR/release"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
+
+ETCD_PID="" API_PID=""
+stop_all() {
+  for p in $API_PID $ETCD_PID; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  API_PID="" ETCD_PID=""
+}
+trap 'stop_all; rm -rf "$SCRATCH"' EXIT
+
+declare -A R
+run_one() {
+  local name=$1 etcd_bin=$2
+  rm -rf "$SCRATCH" && mkdir -p "$SCRATCH/certs"
+  local cport pport aport
+  cport=$(free_port); pport=$(free_port); aport=$(free_port)
+  "$etcd_bin" --name bench --data-dir "$SCRATCH/etcd" --quota-backend-bytes=8589934592 \
+    --listen-client-urls "http://$HOST:$cport" --advertise-client-urls "http://$HOST:$cport" \
+    --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
+    --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  echo "$TOKEN,bench,bench-uid,system:masters" >"$SCRATCH/tokens.csv"
+  "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$aport" \
+    --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 >"$SCRATCH/apiserver.log" 2>&1 &
+  API_PID=$!
+  for _ in $(seq 1 200); do curl -skf "https://$HOST:$aport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  local bench=("$B/apiserver-bench" --server "https://$HOST:$aport" --token "$TOKEN" --ca "$SCRATCH/certs/apiserver.crt" --clients "$CLIENTS")
+  R[$name,api_rss0]=$(rss_mib "$API_PID"); R[$name,etcd_rss0]=$(rss_mib "$ETCD_PID")
+
+  local out
+  out=$("${bench[@]}" create --pods "$SMALL" --watchers "$WATCHERS"); echo "$out" >&2
+  R[$name,create]=$(grep '^create ' <<<"$out"); R[$name,watch]=$(grep '^watch-event ' <<<"$out")
+  R[$name,api_rss10k]=$(rss_mib "$API_PID"); R[$name,etcd_rss10k]=$(rss_mib "$ETCD_PID")
+  out=$("${bench[@]}" read --seconds "$READ_SECONDS" --pods "$SMALL"); echo "$out" >&2
+  R[$name,get]=$(grep '^get ' <<<"$out"); R[$name,listns]=$(grep '^list-namespace ' <<<"$out")
+  out=$("${bench[@]}" list-all --times 5); echo "$out" >&2
+  R[$name,small,rv0]=$(grep '^list-all-rv0 ' <<<"$out"); R[$name,small,cons]=$(grep '^list-all ' <<<"$out"); R[$name,small,paged]=$(grep '^list-all-paged ' <<<"$out")
+  out=$("${bench[@]}" create --pods $((LARGE - SMALL)) --start "$SMALL" --watchers 1); echo "$out" >&2
+  R[$name,create_large]=$(grep '^create ' <<<"$out")
+  out=$("${bench[@]}" list-all --times 3); echo "$out" >&2
+  R[$name,large,rv0]=$(grep '^list-all-rv0 ' <<<"$out"); R[$name,large,cons]=$(grep '^list-all ' <<<"$out"); R[$name,large,paged]=$(grep '^list-all-paged ' <<<"$out")
+  R[$name,api_rss_large]=$(rss_mib "$API_PID"); R[$name,etcd_rss_large]=$(rss_mib "$ETCD_PID")
+  stop_all
+}
+
+field() { grep -oE "$2=[0-9.]+" <<<"$1" | cut -d= -f2 || true; }
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
+per10k() { python3 -c "import sys; print(f'{(float(sys.argv[1])-float(sys.argv[2]))*10000/float(sys.argv[3]):.0f}')" "$1" "$2" "$3"; }
+
+for b in $BACKENDS; do
+  case $b in
+    real) echo "kube-apiserver on real etcd ($(/usr/bin/etcd --version | head -1)) ..." >&2; run_one real /usr/bin/etcd ;;
+    ours) echo "kube-apiserver on our etcd ..." >&2; run_one ours "$B/etcd" ;;
+  esac
+done
+
+printf '\n%-40s' "metric (CLIENTS=$CLIENTS)"; for b in $BACKENDS; do printf ' %16s' "etcd=$b"; done; echo
+row() {
+  local label=$1 key=$2 f=$3
+  printf '%-40s' "$label"
+  for b in $BACKENDS; do printf ' %16s' "$(field "${R[$b,$key]}" "$f")"; done
+  echo
+}
+row "create pods/s (to $SMALL)" create qps; row "  create p50 ms" create p50_ms; row "  create p99 ms" create p99_ms
+row "watch delivery p50 ms ($WATCHERS watchers)" watch p50_ms; row "  watch delivery p99 ms" watch p99_ms
+row "get/s" get qps; row "  get p50 ms" get p50_ms; row "  get p99 ms" get p99_ms
+row "list namespace (${SMALL}/100 pods)/s" listns qps; row "  list namespace p50 ms" listns p50_ms; row "  list namespace p99 ms" listns p99_ms
+row "list all $SMALL, rv=0, p50 ms" small,rv0 p50_ms; row "list all $SMALL, consistent, p50 ms" small,cons p50_ms; row "list all $SMALL, pages of 500, p50 ms" small,paged p50_ms
+row "create pods/s ($SMALL to $LARGE)" create_large qps; row "  create p99 ms" create_large p99_ms
+row "list all $LARGE, rv=0, p50 ms" large,rv0 p50_ms; row "list all $LARGE, consistent, p50 ms" large,cons p50_ms; row "list all $LARGE, pages of 500, p50 ms" large,paged p50_ms
+for what in api etcd; do
+  printf '%-40s' "$what RSS empty / $SMALL / $LARGE (MiB)"
+  for b in $BACKENDS; do printf ' %16s' "${R[$b,${what}_rss0]}/${R[$b,${what}_rss10k]}/${R[$b,${what}_rss_large]}"; done; echo
+  printf '%-40s' "  $what RSS per 10k pods (MiB)"
+  for b in $BACKENDS; do printf ' %16s' "$(per10k "${R[$b,${what}_rss_large]}" "${R[$b,${what}_rss0]}" "$LARGE")"; done; echo
+done
+if [[ "$BACKENDS" == *real*ours* ]]; then
+  echo
+  echo "ours/real: create qps $(ratio "$(field "${R[ours,create]}" qps)" "$(field "${R[real,create]}" qps)"), get qps $(ratio "$(field "${R[ours,get]}" qps)" "$(field "${R[real,get]}" qps)"), list-all consistent at $LARGE $(ratio "$(field "${R[ours,large,cons]}" p50_ms)" "$(field "${R[real,large,cons]}" p50_ms)")x latency"
+fi
