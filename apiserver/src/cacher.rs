@@ -6,12 +6,17 @@
 //! revision (a consistent read, as upstream's ConsistentListFromCache). A watch from a
 //! resourceVersion replays the window after it, or answers 410 Gone when the window no
 //! longer reaches back that far.
+//!
+//! Objects are held encoded ([`CachedObject`]): a decoded `serde_json::Value` takes about
+//! ten times its JSON in memory (a B-tree node per map), and encoded objects are written
+//! into list responses and watch streams as they are, without encoding them per request.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -56,9 +61,68 @@ pub struct Event {
     pub kind: EventType,
     pub key: String,
     /// The object after the change (before it, for deletions, with the deletion's RV).
-    pub obj: Arc<Value>,
-    pub prev: Option<Arc<Value>>,
+    pub obj: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
     pub rv: i64,
+}
+
+/// An object as the cache holds it: its JSON (with its resourceVersion), and what label
+/// and field selectors look at.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub json: Bytes,
+    pub rv: i64,
+    namespace: Option<Box<str>>,
+    name: Box<str>,
+    labels: Option<Value>,
+    /// The resource's selectable fields ([`crate::registry::resource::Hooks::fields`]).
+    fields: Box<[(&'static str, String)]>,
+}
+
+impl CachedObject {
+    /// Encodes `obj` (already carrying resourceVersion `rv`) for the cache.
+    pub fn new(res: &Resource, obj: &Value, rv: i64) -> Self {
+        let meta = &obj["metadata"];
+        Self {
+            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            rv,
+            namespace: meta["namespace"].as_str().map(Into::into),
+            name: meta["name"].as_str().unwrap_or_default().into(),
+            labels: meta.get("labels").filter(|l| l.as_object().is_some_and(|m| !m.is_empty())).cloned(),
+            fields: res.hooks.fields(obj).into_boxed_slice(),
+        }
+    }
+
+    /// An object no selector looks at (bookmarks, errors).
+    pub fn plain(obj: &Value) -> Self {
+        Self {
+            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            rv: 0,
+            namespace: None,
+            name: "".into(),
+            labels: None,
+            fields: Box::new([]),
+        }
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The object decoded.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// The same object at another revision (a deletion reports the last state at the
+    /// deletion's revision).
+    pub fn at_revision(&self, res: &Resource, rv: i64) -> Self {
+        Self::new(res, &with_rv(self.value(), rv), rv)
+    }
 }
 
 /// What a watcher or list wants.
@@ -71,27 +135,46 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether a decoded object matches.
     pub fn matches(&self, res: &Resource, obj: &Value) -> bool {
         let meta = &obj["metadata"];
+        self.matches_parts(
+            meta["namespace"].as_str(),
+            meta["name"].as_str().unwrap_or_default(),
+            meta.get("labels"),
+            || res.hooks.fields(obj),
+        )
+    }
+
+    /// Whether a cached object matches.
+    pub fn matches_cached(&self, obj: &CachedObject) -> bool {
+        self.matches_parts(obj.namespace.as_deref(), &obj.name, obj.labels.as_ref(), || obj.fields.to_vec())
+    }
+
+    fn matches_parts(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        labels: Option<&Value>,
+        fields: impl FnOnce() -> Vec<(&'static str, String)>,
+    ) -> bool {
         if let Some(ns) = &self.namespace
-            && meta["namespace"].as_str() != Some(ns.as_str())
+            && namespace != Some(ns.as_str())
         {
             return false;
         }
-        if let Some(n) = &self.name
-            && meta["name"].as_str() != Some(n.as_str())
-        {
+        if self.name.as_ref().is_some_and(|n| n != name) {
             return false;
         }
-        if !self.labels.matches(meta.get("labels")) {
+        if !self.labels.matches(labels) {
             return false;
         }
         if self.fields.is_empty() {
             return true;
         }
-        let mut fields = res.hooks.fields(obj);
-        fields.push(("metadata.name", meta["name"].as_str().unwrap_or_default().to_string()));
-        fields.push(("metadata.namespace", meta["namespace"].as_str().unwrap_or_default().to_string()));
+        let mut fields = fields();
+        fields.push(("metadata.name", name.to_string()));
+        fields.push(("metadata.namespace", namespace.unwrap_or_default().to_string()));
         self.fields.matches(&fields)
     }
 }
@@ -104,7 +187,7 @@ struct Watcher {
 
 struct State {
     /// Objects by key (`ns/name` or `name`).
-    objects: BTreeMap<String, (Arc<Value>, i64)>,
+    objects: BTreeMap<String, Arc<CachedObject>>,
     /// The revision the cache reflects.
     rv: i64,
     window: VecDeque<Event>,
@@ -180,8 +263,11 @@ impl Cacher {
             match serde_json::from_slice::<Value>(&kv.value) {
                 Ok(v) => {
                     // The cache holds objects in this resource's shape (see Hooks::stored_to_served).
-                    let v = self.resource.hooks.stored_to_served(v);
-                    objects.insert(key.to_string(), (Arc::new(with_rv(v, kv.mod_revision)), kv.mod_revision));
+                    let v = with_rv(self.resource.hooks.stored_to_served(v), kv.mod_revision);
+                    objects.insert(
+                        key.to_string(),
+                        Arc::new(CachedObject::new(&self.resource, &v, kv.mod_revision)),
+                    );
                 }
                 Err(e) => tracing::error!(key = kv.key, "stored object does not decode: {e}"),
             }
@@ -222,15 +308,16 @@ impl Cacher {
         let mut st = self.state.write();
         for c in changes {
             let Some(key) = c.key.strip_prefix(&self.prefix).map(str::to_string) else { continue };
-            let prev = st.objects.get(&key).map(|(o, _)| o.clone());
+            let prev = st.objects.get(&key).cloned();
             let event = match c.value {
                 Some(bytes) => {
                     let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
                         tracing::error!(key = c.key, "stored object does not decode");
                         continue;
                     };
-                    let obj = Arc::new(with_rv(self.resource.hooks.stored_to_served(v), c.mod_revision));
-                    st.objects.insert(key.clone(), (obj.clone(), c.mod_revision));
+                    let v = with_rv(self.resource.hooks.stored_to_served(v), c.mod_revision);
+                    let obj = Arc::new(CachedObject::new(&self.resource, &v, c.mod_revision));
+                    st.objects.insert(key.clone(), obj.clone());
                     let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
                     Event { kind, key, obj, prev, rv: c.mod_revision }
                 }
@@ -238,7 +325,7 @@ impl Cacher {
                     st.objects.remove(&key);
                     let Some(old) = prev.clone() else { continue };
                     // A deletion reports the last state, at the deletion's revision.
-                    let obj = Arc::new(with_rv((*old).clone(), c.mod_revision));
+                    let obj = Arc::new(old.at_revision(&self.resource, c.mod_revision));
                     Event { kind: EventType::Deleted, key, obj, prev, rv: c.mod_revision }
                 }
             };
@@ -264,7 +351,7 @@ impl Cacher {
         let mut gone = Vec::new();
         for (id, w) in watchers.iter() {
             for ev in events {
-                let Some(out) = translate(&self.resource, &w.filter, ev) else { continue };
+                let Some(out) = translate(&w.filter, ev) else { continue };
                 if w.tx.try_send(out).is_err() {
                     gone.push(*id);
                     break;
@@ -313,13 +400,18 @@ impl Cacher {
         self.wait_for(1, limit).await
     }
 
-    pub fn get(&self, key: &str) -> Option<Arc<Value>> {
-        self.state.read().objects.get(key).map(|(o, _)| o.clone())
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.state.read().objects.get(key).cloned()
     }
 
     /// Matching objects in key order, starting after `after` (exclusive) when given, at
     /// most `limit` (0 = all); also whether more remain and the revision read at.
-    pub fn list(&self, filter: &Filter, after: Option<&str>, limit: usize) -> (Vec<Arc<Value>>, bool, i64) {
+    pub fn list(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Arc<CachedObject>>, bool, i64) {
         use std::ops::Bound;
         let st = self.state.read();
         // A namespace's objects are contiguous: `ns/...` keys sort together.
@@ -332,7 +424,7 @@ impl Cacher {
         };
         let mut out = Vec::new();
         let mut more = false;
-        for (key, (obj, _)) in st.objects.range::<str, _>((start, Bound::Unbounded)) {
+        for (key, obj) in st.objects.range::<str, _>((start, Bound::Unbounded)) {
             if let Some(p) = &ns_prefix
                 && !key.starts_with(p.as_str())
             {
@@ -341,7 +433,7 @@ impl Cacher {
                 }
                 continue;
             }
-            if !filter.matches(&self.resource, obj) {
+            if !filter.matches_cached(obj) {
                 continue;
             }
             if limit > 0 && out.len() == limit {
@@ -367,13 +459,13 @@ impl Cacher {
             None | Some(0) => st
                 .objects
                 .iter()
-                .filter(|(_, (o, _))| filter.matches(&self.resource, o))
-                .map(|(k, (o, rv))| Event {
+                .filter(|(_, o)| filter.matches_cached(o))
+                .map(|(k, o)| Event {
                     kind: EventType::Added,
                     key: k.clone(),
                     obj: o.clone(),
                     prev: None,
-                    rv: *rv,
+                    rv: o.rv,
                 })
                 .collect(),
             Some(rv) => {
@@ -383,11 +475,7 @@ impl Cacher {
                         st.window_from + 1
                     )));
                 }
-                st.window
-                    .iter()
-                    .filter(|e| e.rv > rv)
-                    .filter_map(|e| translate(&self.resource, &filter, e))
-                    .collect()
+                st.window.iter().filter(|e| e.rv > rv).filter_map(|e| translate(&filter, e)).collect()
             }
         };
         if backlog.len() > WATCHER_BUFFER {
@@ -414,11 +502,11 @@ impl Cacher {
     /// Sends a bookmark with the current revision to watchers that asked for them.
     pub fn send_bookmarks(&self) {
         let rv = self.rv();
-        let obj = Arc::new(serde_json::json!({
+        let obj = Arc::new(CachedObject::plain(&serde_json::json!({
             "kind": self.resource.info.kind,
             "apiVersion": self.resource.info.api_version(),
             "metadata": { "resourceVersion": rv.to_string() },
-        }));
+        })));
         let watchers = self.watchers.lock();
         for w in watchers.values().filter(|w| w.bookmarks) {
             let _ = w.tx.try_send(Event {
@@ -448,11 +536,9 @@ impl Cacher {
 
 /// What a watcher with `filter` sees of an event: an object entering the selection is
 /// ADDED, one leaving it is DELETED (upstream's semantics for selector watches).
-/// The event a change means to a watcher with `filter`: a change that moves an object into
-/// the selection is ADDED for it, one that moves it out DELETED.
-pub(crate) fn translate(res: &Resource, filter: &Filter, ev: &Event) -> Option<Event> {
-    let now = filter.matches(res, &ev.obj);
-    let before = ev.prev.as_ref().is_some_and(|p| filter.matches(res, p));
+pub(crate) fn translate(filter: &Filter, ev: &Event) -> Option<Event> {
+    let now = filter.matches_cached(&ev.obj);
+    let before = ev.prev.as_ref().is_some_and(|p| filter.matches_cached(p));
     let kind = match ev.kind {
         EventType::Added if now => EventType::Added,
         EventType::Modified if now && before => EventType::Modified,

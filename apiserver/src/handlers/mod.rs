@@ -364,8 +364,11 @@ impl Api {
                     limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
                     continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
                 };
-                let list = store.list(&opts).await?;
-                Ok(respond(StatusCode::OK, &list, output, &store, &q))
+                let page = store.list_page(&opts).await?;
+                if output == Output::Json {
+                    return Ok(full(StatusCode::OK, codec::JSON, Bytes::from(page.to_json())));
+                }
+                Ok(respond(StatusCode::OK, &page.into_value(), output, &store, &q))
             }
             "watch" => watch::serve(self, store, &info, &q, output).await,
             "create" => {

@@ -54,17 +54,27 @@ pub async fn serve(
                 _ = tx.closed() => None,
             };
             let Some(ev) = ev else { break };
-            let object = match output {
+            let line = match output {
                 Output::Table if !matches!(ev.kind, EventType::Bookmark | EventType::Error) => {
-                    let t = to_table(&watch_store.res.info, &ev.obj, include, first);
+                    let t = to_table(&watch_store.res.info, &ev.obj.value(), include, first);
                     first = false;
-                    t
+                    let mut line = serde_json::to_vec(&json!({ "type": ev.kind.as_str(), "object": t }))
+                        .unwrap_or_default();
+                    line.push(b'\n');
+                    line
                 }
-                _ => (*ev.obj).clone(),
+                // The cached encoding goes out as it is.
+                _ => {
+                    let kind = ev.kind.as_str();
+                    let mut line = Vec::with_capacity(ev.obj.json.len() + kind.len() + 24);
+                    line.extend_from_slice(br#"{"type":""#);
+                    line.extend_from_slice(kind.as_bytes());
+                    line.extend_from_slice(br#"","object":"#);
+                    line.extend_from_slice(&ev.obj.json);
+                    line.extend_from_slice(b"}\n");
+                    line
+                }
             };
-            let mut line = serde_json::to_vec(&json!({ "type": ev.kind.as_str(), "object": object }))
-                .unwrap_or_default();
-            line.push(b'\n');
             if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
                 break;
             }

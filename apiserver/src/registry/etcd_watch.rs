@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::store::Store;
-use crate::cacher::{Event, EventType, Filter, translate, with_rv};
+use crate::cacher::{CachedObject, Event, EventType, Filter, translate, with_rv};
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::resource::Resource;
 use crate::storage::etcd3::{Change, StorageError, WatchItem};
@@ -83,21 +83,28 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
 /// The event a change means to a watcher with `filter` (see [`translate`]), if any.
 fn event_of(res: &Resource, base: &str, filter: &Filter, c: Change) -> Option<Event> {
     let key = c.key.strip_prefix(base)?.to_string();
-    let decode = |bytes: &[u8]| -> Option<Arc<Value>> {
+    let decode = |bytes: &[u8]| -> Option<Arc<CachedObject>> {
         let v: Value = serde_json::from_slice(bytes)
             .map_err(|e| tracing::error!(key = c.key, "stored object does not decode: {e}"))
             .ok()?;
-        Some(Arc::new(with_rv(res.hooks.stored_to_served(v), c.mod_revision)))
+        let v = with_rv(res.hooks.stored_to_served(v), c.mod_revision);
+        Some(Arc::new(CachedObject::new(res, &v, c.mod_revision)))
     };
     let prev = c.prev_value.as_deref().and_then(decode);
     let (kind, obj) = match &c.value {
         Some(bytes) => (if prev.is_some() { EventType::Modified } else { EventType::Added }, decode(bytes)?),
-        // A deletion reports the last state, at the deletion's revision.
+        // A deletion reports the last state, at the deletion's revision (`decode` set it).
         None => (EventType::Deleted, prev.clone()?),
     };
-    translate(res, filter, &Event { kind, key, obj, prev, rv: c.mod_revision })
+    translate(filter, &Event { kind, key, obj, prev, rv: c.mod_revision })
 }
 
 fn error_event(e: &ApiError) -> Event {
-    Event { kind: EventType::Error, key: String::new(), obj: Arc::new(e.to_status()), prev: None, rv: 0 }
+    Event {
+        kind: EventType::Error,
+        key: String::new(),
+        obj: Arc::new(CachedObject::plain(&e.to_status())),
+        prev: None,
+        rv: 0,
+    }
 }

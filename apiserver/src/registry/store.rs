@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::resource::Resource;
-use crate::cacher::{Cacher, Event, Filter, object_key, with_rv};
+use crate::cacher::{CachedObject, Cacher, Event, Filter, object_key, with_rv};
 use crate::errors::{ApiError, ApiResult, FieldError};
-use crate::storage::etcd3::{Etcd, StorageError};
+use crate::storage::etcd3::{Etcd, PAGE, StorageError, prefix_end};
 use crate::validation;
 
 /// Attempts of a read-modify-write before giving up on conflicts.
@@ -44,6 +44,71 @@ pub struct DeleteOptions {
 pub enum Deleted {
     Now(Value),
     Pending(Value),
+}
+
+/// A list's items: decoded, or as the watch cache holds them.
+pub enum Items {
+    Decoded(Vec<Value>),
+    Cached(Vec<Arc<CachedObject>>),
+}
+
+/// One list response (`<Kind>List`), before encoding.
+pub struct ListPage {
+    pub kind: String,
+    pub api_version: String,
+    pub items: Items,
+    pub rv: i64,
+    pub cont: Option<String>,
+}
+
+impl ListPage {
+    fn metadata(&self) -> Value {
+        let mut meta = json!({ "resourceVersion": self.rv.to_string() });
+        if let Some(c) = &self.cont {
+            meta["continue"] = json!(c);
+        }
+        meta
+    }
+
+    /// The list object, decoded (for YAML, protobuf and tables).
+    pub fn into_value(self) -> Value {
+        let metadata = self.metadata();
+        let items = match self.items {
+            Items::Decoded(items) => items,
+            Items::Cached(items) => items.iter().map(|o| o.value()).collect(),
+        };
+        json!({ "kind": self.kind, "apiVersion": self.api_version, "metadata": metadata, "items": items })
+    }
+
+    /// The list object as JSON; cached items are copied in as they are, not re-encoded.
+    pub fn to_json(&self) -> Vec<u8> {
+        let head = json!({ "kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata() });
+        let mut out = serde_json::to_vec(&head).unwrap_or_default();
+        out.pop(); // the closing brace: the items follow
+        out.extend_from_slice(br#","items":["#);
+        match &self.items {
+            Items::Decoded(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    let _ = serde_json::to_writer(&mut out, item);
+                }
+            }
+            Items::Cached(items) => {
+                let size: usize = items.iter().map(|o| o.json.len() + 1).sum();
+                out.reserve(size + 2);
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(&item.json);
+                }
+            }
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
 }
 
 pub struct Store {
@@ -187,13 +252,19 @@ impl Store {
             None => self.cacher.sync().await?,
         };
         if current {
-            return self.cacher.get(&key).map(|o| (*o).clone()).ok_or_else(|| self.not_found(name));
+            return self.cacher.get(&key).map(|o| o.value()).ok_or_else(|| self.not_found(name));
         }
         Ok(self.get_fresh(ns, name).await?.0)
     }
 
     /// A list object (`<Kind>List`) of the matching objects.
     pub async fn list(&self, opts: &ListOptions) -> ApiResult<Value> {
+        Ok(self.list_page(opts).await?.into_value())
+    }
+
+    /// The matching objects, as [`Store::list`], kept encoded when they come from the cache
+    /// (see [`ListPage::to_json`]).
+    pub async fn list_page(&self, opts: &ListOptions) -> ApiResult<ListPage> {
         if let Some(token) = &opts.continue_token {
             return self.list_continue(opts, token).await;
         }
@@ -213,69 +284,82 @@ impl Store {
         }
         let (items, more, rv) = self.cacher.list(&opts.filter, None, opts.limit);
         let cont = if more {
-            items.last().map(|last| {
-                encode_continue(rv, &object_key(last["metadata"]["namespace"].as_str(), name_of(last)))
-            })
+            items.last().map(|last| encode_continue(rv, &object_key(last.namespace(), last.name())))
         } else {
             None
         };
-        Ok(self.list_object(items.iter().map(|o| (**o).clone()).collect(), rv, cont))
+        Ok(self.page(Items::Cached(items), rv, cont))
     }
 
     /// Later pages of a paginated list, read from etcd at the first page's revision so all
     /// pages show one consistent state.
-    async fn list_continue(&self, opts: &ListOptions, token: &str) -> ApiResult<Value> {
+    async fn list_continue(&self, opts: &ListOptions, token: &str) -> ApiResult<ListPage> {
         let (rv, after) = decode_continue(token)?;
         self.list_from_etcd(opts, rv, &after).await
     }
 
-    /// A page of the objects at etcd revision `rv`, after key `after`.
-    async fn list_from_etcd(&self, opts: &ListOptions, rv: i64, after: &str) -> ApiResult<Value> {
-        let (kvs, _) = self.etcd.list(&self.prefix, rv).await.map_err(|e| match e {
-            StorageError::Compacted(_) => ApiError::gone(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            ),
-            other => self.storage_error("", other),
-        })?;
+    /// A page of the objects at etcd revision `rv`, after key `after` (relative to the
+    /// prefix; "" from the start). Reads etcd a page at a time from the right key, so a
+    /// paged list costs one range read per page, not a read of everything per page.
+    async fn list_from_etcd(&self, opts: &ListOptions, rv: i64, after: &str) -> ApiResult<ListPage> {
+        let scope = match &opts.filter.namespace {
+            Some(ns) if self.res.info.namespaced => format!("{}{ns}/", self.prefix),
+            _ => self.prefix.clone(),
+        };
+        let end = prefix_end(scope.as_bytes());
+        let mut from = if after.is_empty() {
+            scope.clone().into_bytes()
+        } else {
+            // The key after `after`: etcd ranges are inclusive of their start.
+            [format!("{}{after}", self.prefix).as_bytes(), &[0]].concat()
+        };
+        if from < scope.clone().into_bytes() {
+            from = scope.into_bytes();
+        }
+        // Fetch a little over the page so the filter rarely needs a second read.
+        let page_size = if opts.limit > 0 { (opts.limit as i64 + 1).min(PAGE) } else { PAGE };
         let mut items = Vec::new();
         let mut more = false;
-        for kv in kvs {
-            let Some(key) = kv.key.strip_prefix(&self.prefix) else { continue };
-            if key <= after {
-                continue;
+        let mut at = rv;
+        'pages: loop {
+            let page = self.etcd.range_page(from, end.clone(), at, page_size).await.map_err(|e| match e {
+                StorageError::Compacted(_) => ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ),
+                other => self.storage_error("", other),
+            })?;
+            at = page.revision;
+            let count = page.kvs.len();
+            for (i, kv) in page.kvs.into_iter().enumerate() {
+                let Ok(v) = serde_json::from_slice::<Value>(&kv.value) else { continue };
+                let obj = with_rv(self.res.hooks.stored_to_served(v), kv.mod_revision);
+                if !opts.filter.matches(&self.res, &obj) {
+                    continue;
+                }
+                items.push(obj);
+                if opts.limit > 0 && items.len() == opts.limit {
+                    // As upstream: a continue token whenever etcd holds more keys in range.
+                    more = i + 1 < count || page.next.is_some();
+                    break 'pages;
+                }
             }
-            let Ok(v) = serde_json::from_slice::<Value>(&kv.value) else { continue };
-            let obj = with_rv(self.res.hooks.stored_to_served(v), kv.mod_revision);
-            if !opts.filter.matches(&self.res, &obj) {
-                continue;
+            match page.next {
+                Some(next) => from = next,
+                None => break,
             }
-            if opts.limit > 0 && items.len() == opts.limit {
-                more = true;
-                break;
-            }
-            items.push(obj);
         }
         let cont = if more {
             items.last().map(|last| {
-                encode_continue(rv, &object_key(last["metadata"]["namespace"].as_str(), name_of(last)))
+                encode_continue(at, &object_key(last["metadata"]["namespace"].as_str(), name_of(last)))
             })
         } else {
             None
         };
-        Ok(self.list_object(items, rv, cont))
+        Ok(self.page(Items::Decoded(items), at, cont))
     }
 
-    fn list_object(&self, items: Vec<Value>, rv: i64, cont: Option<String>) -> Value {
-        let mut meta = json!({ "resourceVersion": rv.to_string() });
-        if let Some(c) = cont {
-            meta["continue"] = json!(c);
-        }
-        json!({
-            "kind": self.info().list_kind(),
-            "apiVersion": self.info().api_version(),
-            "metadata": meta,
-            "items": items,
-        })
+    fn page(&self, items: Items, rv: i64, cont: Option<String>) -> ListPage {
+        ListPage { kind: self.info().list_kind(), api_version: self.info().api_version(), items, rv, cont }
     }
 
     /// Starts a watch; see [`Cacher::watch`].
@@ -625,7 +709,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        Ok(self.list_object(deleted, self.cacher.rv(), None))
+        Ok(self.page(Items::Decoded(deleted), self.cacher.rv(), None).into_value())
     }
 }
 

@@ -21,8 +21,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// Largest value etcd accepts by default (`--max-request-bytes`, 1.5 MiB), less room for
 /// the request around it: larger objects are refused before they reach etcd.
 pub const MAX_OBJECT_BYTES: usize = 1_536 * 1024 - 4096;
-/// Keys fetched per page when listing a prefix.
-const PAGE: i64 = 5_000;
+/// Keys fetched per range request when listing a prefix.
+pub const PAGE: i64 = 5_000;
 /// How long one etcd call may take before the request fails.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -60,6 +60,14 @@ pub struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub mod_revision: i64,
+}
+
+/// One range read: the keys, the revision read at, and the key to continue from when
+/// etcd has more.
+pub struct Page {
+    pub kvs: Vec<Kv>,
+    pub revision: i64,
+    pub next: Option<Vec<u8>>,
 }
 
 /// What a watch delivers: changes, or news that the store reached a revision.
@@ -236,40 +244,41 @@ impl Etcd {
         }))
     }
 
-    /// Every key under `prefix` at one revision (the current one when `rev` is 0); returns
-    /// the keys and that revision.
+    /// Every key under `prefix` at revision `rev` (0: the current one), read in pages;
+    /// also the revision read at.
     pub async fn list(&self, prefix: &str, rev: i64) -> StorageResult<(Vec<Kv>, i64)> {
         let end = prefix_end(prefix.as_bytes());
         let mut out = Vec::new();
         let mut from = prefix.as_bytes().to_vec();
         let mut at = rev;
         loop {
-            let mut kv = self.kv.clone();
-            let req = RangeRequest {
-                key: from.clone(),
-                range_end: end.clone(),
-                limit: PAGE,
-                revision: at,
-                ..Default::default()
-            };
-            let resp = self.call("list", async move { kv.range(req).await }).await?.into_inner();
-            if at == 0 {
-                at = resp.header.as_ref().map_or(0, |h| h.revision);
+            let page = self.range_page(from, end.clone(), at, PAGE).await?;
+            at = page.revision;
+            out.extend(page.kvs);
+            match page.next {
+                Some(next) => from = next,
+                None => return Ok((out, at)),
             }
-            let more = resp.more;
-            for k in resp.kvs {
-                from = k.key.clone();
-                out.push(Kv {
-                    key: String::from_utf8_lossy(&k.key).into_owned(),
-                    value: k.value,
-                    mod_revision: k.mod_revision,
-                });
-            }
-            if !more {
-                return Ok((out, at));
-            }
-            from.push(0);
         }
+    }
+
+    /// At most `limit` keys in `[from, end)` at revision `rev` (0: the current one).
+    pub async fn range_page(&self, from: Vec<u8>, end: Vec<u8>, rev: i64, limit: i64) -> StorageResult<Page> {
+        let mut kv = self.kv.clone();
+        let req = RangeRequest { key: from, range_end: end, limit, revision: rev, ..Default::default() };
+        let resp = self.call("list", async move { kv.range(req).await }).await?.into_inner();
+        let revision = if rev == 0 { resp.header.as_ref().map_or(0, |h| h.revision) } else { rev };
+        let next = resp.more.then(|| resp.kvs.last().map(|k| [k.key.as_slice(), &[0]].concat())).flatten();
+        let kvs = resp
+            .kvs
+            .into_iter()
+            .map(|k| Kv {
+                key: String::from_utf8_lossy(&k.key).into_owned(),
+                value: k.value,
+                mod_revision: k.mod_revision,
+            })
+            .collect();
+        Ok(Page { kvs, revision, next })
     }
 
     /// The store's current revision.
