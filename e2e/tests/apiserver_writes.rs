@@ -1,0 +1,218 @@
+//! Write semantics through real kubectl v1.32 (the client-side half of the
+//! kubectl-compatibility issue): three-way apply removing fields, prune, patch types, diff,
+//! server dry-run, edit with a conflict, chunked lists under churn, scale, sort-by,
+//! custom-columns, wait, cascading deletes.
+
+use e2e::apiserver::KubeApiserver;
+use e2e::{Etcd, EtcdOptions, json};
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  namespace: w
+  labels: {set: one}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: app}
+  template:
+    metadata:
+      labels: {app: app}
+    spec:
+      containers:
+      - name: main
+        image: example/app:1
+        env:
+        - {name: KEEP, value: "1"}
+        - {name: DROP, value: "2"}
+      - name: side
+        image: example/side:1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: extra
+  namespace: w
+  labels: {set: one}
+data: {a: "1"}
+"#;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn start() -> (Etcd, KubeApiserver) {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    api.kubectl_ok(&["create", "namespace", "w"]);
+    (etcd, api)
+}
+
+#[test]
+fn apply_prune_patch_diff_and_dry_run() {
+    let (_etcd, api) = start();
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], DEPLOYMENT);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Change the image and drop an env var: the three-way patch removes it live. Dropping
+    // the ConfigMap from the set and applying with --prune deletes it.
+    let changed = DEPLOYMENT
+        .replace("example/app:1", "example/app:2")
+        .replace("        - {name: DROP, value: \"2\"}\n", "");
+    let changed = &changed[..changed.find("---").unwrap()];
+    let out = api.kubectl_stdin(&["apply", "--prune", "-l", "set=one", "-f", "-"], changed);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("configmap/extra pruned"), "{text}");
+    let d = json(&api.kubectl_ok(&["get", "deploy", "app", "-n", "w", "-o", "json"]));
+    let main = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(main["image"], "example/app:2");
+    assert_eq!(main["env"], serde_json::json!([{"name": "KEEP", "value": "1"}]));
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][1]["name"], "side");
+    assert!(!api.kubectl(&["get", "cm", "extra", "-n", "w"]).status.success(), "pruned object still there");
+
+    // kubectl patch: strategic (containers merged by name), merge, json.
+    api.kubectl_ok(&[
+        "patch", "deploy", "app", "-n", "w", "--type=strategic", "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"side","image":"example/side:2"}]}}}}"#,
+    ]);
+    api.kubectl_ok(&["patch", "deploy", "app", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"labels":{"patched":"merge"}}}"#]);
+    api.kubectl_ok(&[
+        "patch", "deploy", "app", "-n", "w", "--type=json", "-p",
+        r#"[{"op":"test","path":"/spec/replicas","value":1},{"op":"replace","path":"/spec/replicas","value":2}]"#,
+    ]);
+    let d = json(&api.kubectl_ok(&["get", "deploy", "app", "-n", "w", "-o", "json"]));
+    let containers = d["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 2, "strategic patch replaced the list: {containers:?}");
+    assert_eq!((containers[0]["image"].as_str(), containers[1]["image"].as_str()), (Some("example/app:2"), Some("example/side:2")));
+    assert_eq!(d["metadata"]["labels"]["patched"], "merge");
+    assert_eq!(d["spec"]["replicas"], 2);
+    let out = api.kubectl(&["patch", "deploy", "app", "-n", "w", "--type=json", "-p", r#"[{"op":"test","path":"/spec/replicas","value":9}]"#]);
+    assert!(!out.status.success(), "a failing json patch test op was accepted");
+    // A service's ports, merged by port; no duplicate for the existing one.
+    api.kubectl_ok(&["create", "service", "clusterip", "svc", "-n", "w", "--tcp=80:8080"]);
+    api.kubectl_ok(&["patch", "svc", "svc", "-n", "w", "-p", r#"{"spec":{"ports":[{"name":"extra","port":81,"targetPort":8081}]}}"#]);
+    let s = json(&api.kubectl_ok(&["get", "svc", "svc", "-n", "w", "-o", "json"]));
+    let ports: Vec<_> = s["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
+    // A new element goes before the server's (upstream's normalizeElementOrder).
+    assert_eq!(ports, [81, 80]);
+
+    // diff shows the change and persists nothing; apply --dry-run=server persists nothing.
+    let live_rv = d["metadata"]["resourceVersion"].clone();
+    let applied = DEPLOYMENT.replace("example/app:1", "example/app:3");
+    let applied = &applied[..applied.find("---").unwrap()];
+    let out = api.kubectl_stdin(&["diff", "-f", "-"], applied);
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "diff exit code: {}", stderr(&out));
+    assert!(diff.contains("-        image: example/app:2") && diff.contains("+        image: example/app:3"), "{diff}");
+    let out = api.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], applied);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let d = json(&api.kubectl_ok(&["get", "deploy", "app", "-n", "w", "-o", "json"]));
+    assert_eq!(d["metadata"]["resourceVersion"], live_rv, "dry runs wrote");
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "example/app:2");
+    let out = api.kubectl(&["create", "configmap", "dry", "-n", "w", "--dry-run=server", "-o", "name"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!api.kubectl(&["get", "cm", "dry", "-n", "w"]).status.success(), "dry-run create persisted");
+    api.kubectl_ok(&["delete", "svc", "svc", "-n", "w", "--dry-run=server"]);
+    api.kubectl_ok(&["get", "svc", "svc", "-n", "w"]);
+}
+
+#[test]
+fn edit_scale_wait_and_output_formats() {
+    let (_etcd, api) = start();
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], DEPLOYMENT);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // edit, with the editor a sed command.
+    let mut edit = api.kubectl_cmd(&["edit", "cm", "extra", "-n", "w"]);
+    edit.env("KUBE_EDITOR", r#"sed -i s/a:\ \"1\"/a:\ \"edited\"/"#);
+    let out = edit.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]))["data"]["a"], "edited");
+    // An edit racing a concurrent update: the editor changes the object under kubectl's
+    // feet, so kubectl's patch (pinned to the resourceVersion it read) conflicts.
+    let mut edit = api.kubectl_cmd(&["edit", "cm", "extra", "-n", "w", "--output-patch=false"]);
+    let racer = format!(
+        "kubectl --kubeconfig {} label cm extra -n w raced=yes >/dev/null && sed -i s/edited/lost/",
+        api.kubeconfig.display()
+    );
+    let script = api.dir.path().join("race-editor.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{racer} \"$1\"\n")).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&script).status().unwrap();
+    edit.env("KUBE_EDITOR", &script);
+    let out = edit.output().unwrap();
+    let cm = json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]));
+    assert_eq!(cm["metadata"]["labels"]["raced"], "yes", "the concurrent update was lost");
+    assert!(
+        !out.status.success() || cm["data"]["a"] == "lost",
+        "edit neither conflicted nor applied: {}",
+        stderr(&out)
+    );
+    if !out.status.success() {
+        assert!(stderr(&out).contains("the object has been modified") || stderr(&out).contains("Conflict"), "{}", stderr(&out));
+    }
+
+    // scale, wait --for=jsonpath, sort-by, custom-columns.
+    api.kubectl_ok(&["scale", "deployment", "app", "-n", "w", "--replicas=5"]);
+    api.kubectl_ok(&["wait", "deploy/app", "-n", "w", "--for=jsonpath={.spec.replicas}=5", "--timeout=20s"]);
+    for (name, image) in [("c", "z:1"), ("a", "y:1"), ("b", "x:1")] {
+        api.kubectl_ok(&["run", name, "-n", "w", &format!("--image={image}")]);
+    }
+    let sorted = api.kubectl_ok(&["get", "pods", "-n", "w", "--sort-by=.spec.containers[0].image", "-o", "name"]);
+    assert_eq!(sorted.lines().collect::<Vec<_>>(), ["pod/b", "pod/a", "pod/c"]);
+    let cols = api.kubectl_ok(&["get", "pods", "-n", "w", "-o", "custom-columns=NAME:.metadata.name,IMAGE:.spec.containers[0].image", "--sort-by=.metadata.name"]);
+    let lines: Vec<_> = cols.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).collect();
+    assert_eq!(lines, [vec!["NAME", "IMAGE"], vec!["a", "y:1"], vec!["b", "x:1"], vec!["c", "z:1"]]);
+
+    // Cascading deletes leave upstream's finalizers on objects that have them to run.
+    api.kubectl_ok(&["patch", "cm", "extra", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"finalizers":["e2e/hold"]}}"#]);
+    api.kubectl_ok(&["delete", "cm", "extra", "-n", "w", "--cascade=foreground", "--wait=false"]);
+    let cm = json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]));
+    assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "foregroundDeletion"), "{cm}");
+    api.kubectl_ok(&["create", "configmap", "orphaned", "-n", "w"]);
+    api.kubectl_ok(&["patch", "cm", "orphaned", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"finalizers":["e2e/hold"]}}"#]);
+    api.kubectl_ok(&["delete", "cm", "orphaned", "-n", "w", "--cascade=orphan", "--wait=false"]);
+    let cm = json(&api.kubectl_ok(&["get", "cm", "orphaned", "-n", "w", "-o", "json"]));
+    assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "orphan"), "{cm}");
+}
+
+#[test]
+fn chunked_lists_see_every_object_once_under_churn() {
+    let (_etcd, api) = start();
+    let mut manifest = String::new();
+    for i in 0..100 {
+        manifest.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i:03}, namespace: w}}\nspec: {{containers: [{{name: c, image: i}}]}}\n"
+        ));
+    }
+    let out = api.kubectl_stdin(&["create", "-f", "-"], &manifest);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Churn: other pods created and deleted while the chunked lists run.
+    let churn_cfg = api.kubeconfig.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let churn = std::thread::spawn(move || {
+        let mut i = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let name = format!("churn-{i}");
+            let k = |args: &[&str]| {
+                std::process::Command::new("kubectl").arg("--kubeconfig").arg(&churn_cfg).args(args).output().unwrap()
+            };
+            k(&["run", &name, "-n", "w", "--image=i"]);
+            k(&["delete", "pod", &name, "-n", "w", "--grace-period=0", "--force"]);
+            i += 1;
+        }
+    });
+    for _ in 0..3 {
+        let names = api.kubectl_ok(&["get", "pods", "-n", "w", "--chunk-size=7", "-o", "name"]);
+        let mine: Vec<_> = names.lines().filter(|n| n.starts_with("pod/p")).collect();
+        let mut dedup = mine.clone();
+        dedup.dedup();
+        assert_eq!(mine.len(), 100, "{names}");
+        assert_eq!(dedup.len(), 100, "a pod listed twice");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+}
