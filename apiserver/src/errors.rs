@@ -167,7 +167,7 @@ pub fn qualified(resource: &str, group: &str) -> String {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self { code, reason, message: message.into(), details: None, retry_after: None }
     }
 

@@ -8,7 +8,7 @@
 //! - [`registry`]: the generic store and the per-resource hooks ([`registry::resources`]).
 //! - [`handlers`]: routing, content negotiation, verbs, watch streams, subresources.
 //! - [`discovery`], [`openapi`], [`health`], [`metrics`], [`authn`].
-//! - [`selectors`], [`validation`], [`field_validation`], [`patch`], [`table`] and [`printers`], [`protobuf`].
+//! - [`selectors`], [`validation`], [`field_validation`], [`fieldmanager`], [`patch`], [`table`] and [`printers`], [`protobuf`].
 //! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`].
 //!
 //! A write: handler → decode → hooks (default, validate) → etcd Txn guarded by the
@@ -22,6 +22,7 @@ pub mod config;
 pub mod discovery;
 pub mod errors;
 pub mod field_validation;
+pub mod fieldmanager;
 pub mod handlers;
 pub mod health;
 pub mod metrics;

@@ -599,3 +599,39 @@ fn watches_without_the_watch_cache_come_from_etcd() {
         "{text}"
     );
 }
+
+#[test]
+fn resource_version_match_on_lists() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    post_json(&api, "/api/v1/namespaces/default/configmaps", cm("old"));
+    let (_, list) = get_json(&api, "/api/v1/namespaces/default/configmaps");
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    post_json(&api, "/api/v1/namespaces/default/configmaps", cm("new"));
+    let names = |l: &serde_json::Value| -> Vec<String> {
+        l["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+    };
+    // Exact: the state at that revision, read from etcd's history.
+    let (code, exact) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    assert_eq!(code, 200, "{exact}");
+    assert_eq!(names(&exact), ["old"]);
+    assert_eq!(exact["metadata"]["resourceVersion"], rv.as_str());
+    // NotOlderThan: at least that revision (here, the latest).
+    let (code, newer) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"));
+    assert_eq!(code, 200);
+    assert_eq!(names(&newer), ["new", "old"]);
+    for bad in ["resourceVersionMatch=Exact", "resourceVersion=0&resourceVersionMatch=Exact", "resourceVersion=1&resourceVersionMatch=Newest"] {
+        let (code, st) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?{bad}"));
+        assert_eq!(code, 400, "{bad}: {st}");
+        assert!(st["message"].as_str().unwrap().starts_with("resourceVersionMatch: "), "{st}");
+    }
+    // Compacted away: 410.
+    let out = etcd.etcdctl(&["compaction", list["metadata"]["resourceVersion"].as_str().unwrap()]);
+    assert!(out.status.success());
+    let (_, now) = get_json(&api, "/api/v1/namespaces/default/configmaps");
+    let current: i64 = now["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let out = etcd.etcdctl(&["compaction", &current.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, st) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    assert_eq!(code, 410, "{st}");
+}

@@ -139,3 +139,48 @@ fn kube_rs_lists_watches_and_reflects_pods_in_order() {
         reflect.abort();
     });
 }
+
+#[test]
+fn kube_rs_patches_strategic_json_and_apply() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let rt = e2e::runtime();
+    rt.block_on(async {
+        let client = client(&api).await;
+        let deployments: Api<Deployment> = Api::namespaced(client, "default");
+        let config = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "kr"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "kr"}},
+                "template": {"metadata": {"labels": {"app": "kr"}}, "spec": {"containers": [
+                    {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}
+                ]}}
+            }
+        });
+        // Server-side apply creates it.
+        let d = deployments.patch("kr", &PatchParams::apply("kube-rs-e2e"), &Patch::Apply(&config)).await.unwrap();
+        assert_eq!(d.metadata.managed_fields.as_ref().unwrap()[0].manager.as_deref(), Some("kube-rs-e2e"));
+        // Strategic: one container changed by name, the other kept.
+        let smp = serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "b", "image": "b:2"}]}}}});
+        let d = deployments.patch("kr", &PatchParams::default(), &Patch::Strategic(&smp)).await.unwrap();
+        let images: Vec<_> =
+            d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers.iter().map(|c| c.image.clone().unwrap()).collect();
+        assert_eq!(images, ["a:1", "b:2"]);
+        // JSON patch.
+        let ops: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "replace", "path": "/spec/replicas", "value": 4}
+        ]))
+        .unwrap();
+        let d = deployments.patch("kr", &PatchParams::default(), &Patch::Json::<()>(ops)).await.unwrap();
+        assert_eq!(d.spec.as_ref().unwrap().replicas, Some(4));
+        // Re-applying replicas 1 conflicts with the JSON patch's manager; forced, it wins.
+        let err = deployments.patch("kr", &PatchParams::apply("kube-rs-e2e"), &Patch::Apply(&config)).await.unwrap_err();
+        assert!(matches!(&err, kube::Error::Api(s) if s.code == 409), "{err:?}");
+        let d = deployments.patch("kr", &PatchParams::apply("kube-rs-e2e").force(), &Patch::Apply(&config)).await.unwrap();
+        assert_eq!(d.spec.as_ref().unwrap().replicas, Some(1));
+        assert_eq!(d.spec.unwrap().template.spec.unwrap().containers[1].image.as_deref(), Some("b:1"));
+    });
+}

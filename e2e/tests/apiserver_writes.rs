@@ -216,3 +216,38 @@ fn chunked_lists_see_every_object_once_under_churn() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     churn.join().unwrap();
 }
+
+#[test]
+fn server_side_apply_by_two_managers() {
+    let (_etcd, api) = start();
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared, namespace: w}\ndata: {a: \"1\", b: \"1\"}\n";
+    let out = api.kubectl_stdin(&["apply", "--server-side", "--field-manager=alice", "-f", "-"], cm);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configmap/shared serverside-applied"));
+    // bob sets a field alice owns to another value: a conflict naming alice.
+    let bob = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared, namespace: w}\ndata: {a: \"2\", c: \"3\"}\n";
+    let out = api.kubectl_stdin(&["apply", "--server-side", "--field-manager=bob", "-f", "-"], bob);
+    assert!(!out.status.success(), "conflict not detected");
+    let err = stderr(&out);
+    assert!(err.contains("conflict with \"alice\"") && err.contains(".data.a"), "{err}");
+    // --force-conflicts: bob takes .data.a.
+    let out = api.kubectl_stdin(&["apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-"], bob);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let live = json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
+    assert_eq!(live["data"], serde_json::json!({"a": "2", "b": "1", "c": "3"}));
+    let managers: Vec<_> =
+        live["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].as_str().unwrap().to_string()).collect();
+    assert_eq!(managers, ["alice", "bob"]);
+    assert_eq!(live["metadata"]["managedFields"][0]["fieldsV1"], serde_json::json!({"f:data": {"f:b": {}}}));
+    // alice re-applies without b: b is removed (no one else owns it).
+    let alice = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared, namespace: w}\ndata: {}\n";
+    let out = api.kubectl_stdin(&["apply", "--server-side", "--field-manager=alice", "-f", "-"], alice);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let live = json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json"]));
+    assert_eq!(live["data"], serde_json::json!({"a": "2", "c": "3"}));
+    // An imperative change is recorded as an Update by its manager.
+    api.kubectl_ok(&["label", "cm", "shared", "-n", "w", "team=x"]);
+    let live = json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
+    let label = live["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == "kubectl-label").cloned();
+    assert_eq!(label.map(|e| (e["operation"].clone(), e["fieldsV1"].clone())), Some((serde_json::json!("Update"), serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}}}}))));
+}

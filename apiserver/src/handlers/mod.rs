@@ -124,6 +124,33 @@ pub async fn check_fields(
     fv.check(openapi.patch_meta(info.group, info.version, info.kind), info.kind, info.version, obj)
 }
 
+/// The field manager of a write: `fieldManager`, else the client's program name.
+pub fn manager_of(q: &Query, headers: &HeaderMap) -> ApiResult<String> {
+    crate::fieldmanager::manager_name(
+        q.get("fieldManager").map(String::as_str),
+        headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// Records a create or update in `obj`'s managedFields (see [`crate::fieldmanager`]).
+pub async fn record_fields(
+    openapi: &OpenApi,
+    store: &Store,
+    q: &Query,
+    headers: &HeaderMap,
+    subresource: Option<&str>,
+    old: Option<&Value>,
+    obj: &mut Value,
+) -> ApiResult<()> {
+    let info = &store.res.info;
+    let name = manager_of(q, headers)?;
+    openapi.rendered().await;
+    let api_version = info.api_version();
+    let manager = crate::fieldmanager::Manager { name: &name, api_version: &api_version, subresource };
+    crate::fieldmanager::record_update(openapi.patch_meta(info.group, info.version, info.kind), old, obj, &manager);
+    Ok(())
+}
+
 /// Adds one `Warning` header per message, as upstream returns field validation warnings.
 pub fn with_warnings(mut resp: Response<BoxBody>, warnings: &[String]) -> Response<BoxBody> {
     for w in crate::field_validation::warning_headers(warnings) {
@@ -358,11 +385,13 @@ impl Api {
                 Ok(respond(StatusCode::OK, &obj, output, &store, &q))
             }
             "list" => {
+                let rv = parse_rv(&q)?;
                 let opts = ListOptions {
                     filter: filter_of(&store, &info, &q)?,
-                    rv: parse_rv(&q)?,
+                    rv,
                     limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
                     continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+                    exact: resource_version_match(&q, rv)?,
                 };
                 let page = store.list_page(&opts).await?;
                 if output == Output::Json {
@@ -373,10 +402,11 @@ impl Api {
             "watch" => watch::serve(self, store, &info, &q, output).await,
             "create" => {
                 let (headers, body) = Self::read_body(req).await?;
-                let obj = codec::decode(&headers, &body)?;
+                let mut obj = codec::decode(&headers, &body)?;
                 let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
                 let dry = is_dry_run(&q, &obj);
                 self.check_namespace(&store, ns).await?;
+                record_fields(&self.openapi, &store, &q, &headers, None, None, &mut obj).await?;
                 let created = if store.res.info.kind == "Service" {
                     self.services.create(&store, ns, obj, dry).await?
                 } else {
@@ -387,9 +417,12 @@ impl Api {
             "update" => {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
-                let obj = codec::decode(&headers, &body)?;
+                let mut obj = codec::decode(&headers, &body)?;
                 let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
                 let dry = is_dry_run(&q, &obj);
+                // (Read again by the update itself, which checks the resourceVersion.)
+                let old = store.get_fresh(ns, &name).await.ok().map(|(o, _)| o);
+                record_fields(&self.openapi, &store, &q, &headers, None, old.as_ref(), &mut obj).await?;
                 let (obj, created) = if store.res.info.kind == "Service" {
                     self.services.update(&store, ns, &name, obj, dry).await?
                 } else {
@@ -402,8 +435,10 @@ impl Api {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
                 let patch = crate::patch::Patch::decode(&headers, &body)?;
+                let manager = manager_of(&q, &headers)?;
                 let (obj, warnings) =
-                    crate::patch::apply_patch(&store, &self.openapi, ns, &name, None, patch, &q).await?;
+                    crate::patch::apply_patch(&store, &self.openapi, ns, &name, None, patch, &q, &manager)
+                        .await?;
                 Ok(with_warnings(respond(StatusCode::OK, &obj, output, &store, &q), &warnings))
             }
             "delete" => {
@@ -516,6 +551,31 @@ pub(crate) fn respond_with(
 
 pub(crate) async fn body_of(req: Request<Incoming>) -> ApiResult<(HeaderMap, Bytes)> {
     Api::read_body(req).await
+}
+
+/// Checks `resourceVersionMatch` of a list as upstream's validation does; true for `Exact`.
+/// (Without it, a resourceVersion means "not older than", as upstream's legacy default.)
+fn resource_version_match(q: &Query, rv: Option<i64>) -> ApiResult<bool> {
+    let Some(m) = q.get("resourceVersionMatch").filter(|m| !m.is_empty()) else { return Ok(false) };
+    let invalid = |detail: String| ApiError::bad_request(format!("resourceVersionMatch: Invalid value: \"{m}\": {detail}"));
+    if rv.is_none() {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if q.get("continue").is_some_and(|c| !c.is_empty()) {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    match m.as_str() {
+        "NotOlderThan" => Ok(false),
+        "Exact" if rv == Some(0) => Err(invalid("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into())),
+        "Exact" => Ok(true),
+        _ => Err(ApiError::bad_request(format!(
+            "resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+    }
 }
 
 pub(crate) fn rv_of(q: &Query) -> ApiResult<Option<i64>> {

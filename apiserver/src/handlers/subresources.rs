@@ -42,8 +42,10 @@ pub async fn handle(
         ("status", "patch") => {
             let (headers, body) = body_of(req).await?;
             let patch = crate::patch::Patch::decode(&headers, &body)?;
+            let manager = super::manager_of(&q, &headers)?;
             let (obj, warnings) =
-                crate::patch::apply_patch(store, &api.openapi, ns, &name, Some("status"), patch, &q).await?;
+                crate::patch::apply_patch(store, &api.openapi, ns, &name, Some("status"), patch, &q, &manager)
+                    .await?;
             Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
         ("scale", "get") => {

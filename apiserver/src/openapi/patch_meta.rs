@@ -29,6 +29,10 @@ pub struct FieldMeta<'a> {
     pub strategy: &'a str,
     /// `x-kubernetes-patch-merge-key` of a list merged element by element.
     pub merge_key: Option<&'a str>,
+    /// `x-kubernetes-list-type` (`atomic`, `set`, `map`) for server-side apply.
+    pub list_type: Option<&'a str>,
+    /// `x-kubernetes-list-map-keys` of a `map` list.
+    pub map_keys: &'a [Value],
     /// The field's value; for a list, its elements'.
     pub meta: PatchMeta<'a>,
 }
@@ -73,6 +77,12 @@ impl<'a> PatchMeta<'a> {
             || self.schema.get("additionalProperties").is_some_and(Value::is_object)
     }
 
+    /// Whether the object is set as a whole (`x-kubernetes-map-type: atomic`, e.g. a label
+    /// selector), never field by field.
+    pub fn is_atomic(&self) -> bool {
+        self.schema.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+    }
+
     /// The field `name` of this object, or the value schema of a map (`additionalProperties`).
     /// None for a field the schema does not have.
     pub fn field(&self, name: &str) -> Option<FieldMeta<'a>> {
@@ -82,6 +92,8 @@ impl<'a> PatchMeta<'a> {
         };
         let strategy = prop.get("x-kubernetes-patch-strategy").and_then(Value::as_str).unwrap_or("");
         let merge_key = prop.get("x-kubernetes-patch-merge-key").and_then(Value::as_str);
+        let list_type = prop.get("x-kubernetes-list-type").and_then(Value::as_str);
+        let map_keys = prop.get("x-kubernetes-list-map-keys").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
         let mut value = self.resolve(prop);
         if let Some(items) = value.get("items") {
             value = self.resolve(items);
@@ -89,6 +101,8 @@ impl<'a> PatchMeta<'a> {
         Some(FieldMeta {
             strategy,
             merge_key,
+            list_type,
+            map_keys,
             meta: PatchMeta { definitions: self.definitions, schema: value },
         })
     }

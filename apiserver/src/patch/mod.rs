@@ -6,10 +6,11 @@
 pub mod strategic;
 
 use http::HeaderMap;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::errors::{ApiError, ApiResult};
 use crate::field_validation::FieldValidation;
+use crate::fieldmanager::{self, Manager};
 use crate::handlers::Query;
 use crate::openapi::OpenApi;
 use crate::registry::store::Store;
@@ -198,11 +199,12 @@ pub enum Patch {
     Merge(Value),
     /// `application/strategic-merge-patch+json`.
     Strategic(Value),
+    /// `application/apply-patch+yaml`: server-side apply of a configuration (YAML or JSON).
+    Apply(Value),
 }
 
 impl Patch {
-    /// Decodes a PATCH body; 415 for a type that is no patch (or server-side apply, which is
-    /// not implemented).
+    /// Decodes a PATCH body; 415 for a type that is no patch.
     pub fn decode(headers: &HeaderMap, body: &[u8]) -> ApiResult<Self> {
         let ct = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
         let make: fn(Value) -> Self = match ct.split(';').next().unwrap_or_default().trim() {
@@ -210,9 +212,12 @@ impl Patch {
             "application/merge-patch+json" => Self::Merge,
             "application/strategic-merge-patch+json" => Self::Strategic,
             "application/apply-patch+yaml" => {
-                return Err(ApiError::unsupported_media_type(
-                    "application/apply-patch+yaml (server-side apply)",
-                ));
+                let config: Value = serde_yaml::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                if !config.is_object() {
+                    return Err(ApiError::bad_request("an applied configuration must be an object"));
+                }
+                return Ok(Self::Apply(config));
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         };
@@ -243,15 +248,18 @@ pub async fn apply_patch(
     subresource: Option<&str>,
     patch: Patch,
     q: &Query,
+    manager: &str,
 ) -> ApiResult<(Value, Vec<String>)> {
     let fields = FieldValidation::from_query(q)?;
     let info = &store.res.info;
-    let schema = if matches!(patch, Patch::Strategic(_)) || fields != FieldValidation::Ignore {
-        openapi.rendered().await;
-        openapi.patch_meta(info.group, info.version, info.kind)
-    } else {
-        None
-    };
+    // The schema: for strategic merge, field validation and managed fields.
+    openapi.rendered().await;
+    let schema = openapi.patch_meta(info.group, info.version, info.kind);
+    let api_version = info.api_version();
+    let manager = Manager { name: manager, api_version: &api_version, subresource };
+    if let Patch::Apply(config) = &patch {
+        return server_side_apply(store, schema, ns, name, config, q, &manager, fields).await;
+    }
     let meta = match patch {
         Patch::Strategic(_) => Some(schema.ok_or_else(strategic_unsupported)?),
         _ => None,
@@ -260,7 +268,7 @@ pub async fn apply_patch(
     let warnings = parking_lot::Mutex::new(Vec::new());
     let dry = crate::handlers::dry_run(q);
     let pinned = match &patch {
-        Patch::Json(_) => None,
+        Patch::Json(_) | Patch::Apply(_) => None,
         Patch::Merge(p) | Patch::Strategic(p) => {
             p["metadata"]["resourceVersion"].as_str().map(str::to_string)
         }
@@ -286,6 +294,7 @@ pub async fn apply_patch(
                     }
                     err
                 })?,
+                Patch::Apply(_) => unreachable!("applied above"),
             };
             if let Some(rv) = &pinned
                 && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
@@ -297,10 +306,77 @@ pub async fn apply_patch(
             }
             // The stored object has no unknown fields, so any found came with the patch.
             *warnings.lock() = fields.check(schema, info.kind, info.version, &doc)?;
+            let mut doc = doc;
+            fieldmanager::record_update(schema, Some(old), &mut doc, &manager);
             Ok(doc)
         })
         .await
         .map(|obj| (obj, warnings.into_inner()))
+}
+
+/// Server-side apply: merges `config` into the live object as `manager` (creating the
+/// object when it does not exist), refusing fields other managers set to other values
+/// unless `force=true` (see [`fieldmanager::apply`]).
+#[allow(clippy::too_many_arguments)]
+async fn server_side_apply(
+    store: &Store,
+    schema: Option<crate::openapi::PatchMeta<'_>>,
+    ns: Option<&str>,
+    name: &str,
+    config: &Value,
+    q: &Query,
+    manager: &Manager<'_>,
+    fields: FieldValidation,
+) -> ApiResult<(Value, Vec<String>)> {
+    let info = &store.res.info;
+    if !q.contains_key("fieldManager") {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let force = match q.get("force").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("invalid force: {other}"))),
+    };
+    if config["apiVersion"].as_str() != Some(manager.api_version) || config["kind"].as_str() != Some(info.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the applied configuration is a {} {}, this endpoint serves {} {}",
+            config["apiVersion"].as_str().unwrap_or("(no apiVersion)"),
+            config["kind"].as_str().unwrap_or("(no kind)"),
+            manager.api_version,
+            info.kind
+        )));
+    }
+    if config["metadata"]["name"].as_str() != Some(name) {
+        return Err(ApiError::bad_request("the applied configuration's metadata.name must match the request's name"));
+    }
+    if let (Some(want), Some(have)) = (ns, config["metadata"]["namespace"].as_str())
+        && want != have
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let warnings = fields.check(schema, info.kind, info.version, config)?;
+    let dry = crate::handlers::dry_run(q);
+    let mut base = json!({ "apiVersion": manager.api_version, "kind": info.kind, "metadata": { "name": name } });
+    if let Some(ns) = ns {
+        base["metadata"]["namespace"] = json!(ns);
+    }
+    match store.get_fresh(ns, name).await {
+        Err(e) if e.is_not_found() && manager.subresource.is_none() => {
+            let obj = fieldmanager::apply(schema, None, base, config.clone(), manager, force)?;
+            store.create(ns, obj, dry).await.map(|o| (o, warnings))
+        }
+        Err(e) => Err(e),
+        Ok(_) => store
+            .guaranteed_update(ns, name, manager.subresource, dry, |old| {
+                fieldmanager::apply(schema, Some(old), base.clone(), config.clone(), manager, force)
+            })
+            .await
+            .map(|o| (o, warnings)),
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ pub struct ListOptions {
     pub rv: Option<i64>,
     pub limit: usize,
     pub continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: the list at exactly `rv` (read from etcd's history).
+    pub exact: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -267,6 +269,14 @@ impl Store {
     pub async fn list_page(&self, opts: &ListOptions) -> ApiResult<ListPage> {
         if let Some(token) = &opts.continue_token {
             return self.list_continue(opts, token).await;
+        }
+        if let (true, Some(rv)) = (opts.exact, opts.rv) {
+            return self.list_from_etcd(opts, rv, "").await.map_err(|mut e| {
+                if e.code == 410 {
+                    e.message = "The resourceVersion for the provided list is too old.".into();
+                }
+                e
+            });
         }
         if !self.watch_cache {
             let rev = self.etcd.current_revision().await.map_err(|e| self.storage_error("", e))?;
