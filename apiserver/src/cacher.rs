@@ -452,10 +452,10 @@ impl Cacher {
         filter: Filter,
         from: Option<i64>,
         bookmarks: bool,
+        initial_events_end: bool,
     ) -> ApiResult<(mpsc::Receiver<Event>, u64)> {
-        let (tx, rx) = mpsc::channel(WATCHER_BUFFER + 1);
         let st = self.state.read();
-        let backlog: Vec<Event> = match from {
+        let mut backlog: Vec<Event> = match from {
             None | Some(0) => st
                 .objects
                 .iter()
@@ -478,14 +478,12 @@ impl Cacher {
                 st.window.iter().filter(|e| e.rv > rv).filter_map(|e| translate(&filter, e)).collect()
             }
         };
-        if backlog.len() > WATCHER_BUFFER {
-            // Unbounded catch-up would defeat the buffer; the client should list instead.
-            return Err(ApiError::gone(format!(
-                "too old resource version: {} ({})",
-                from.unwrap_or(0),
-                st.rv
-            )));
+        if initial_events_end {
+            backlog.push(self.bookmark(st.rv, true));
         }
+        // Room for the whole backlog (the current state, or at most the window) and then
+        // the usual buffer for live events.
+        let (tx, rx) = mpsc::channel(backlog.len() + WATCHER_BUFFER);
         for ev in backlog {
             let _ = tx.try_send(ev);
         }
@@ -499,23 +497,26 @@ impl Cacher {
         self.watchers.lock().remove(&id);
     }
 
-    /// Sends a bookmark with the current revision to watchers that asked for them.
-    pub fn send_bookmarks(&self) {
-        let rv = self.rv();
-        let obj = Arc::new(CachedObject::plain(&serde_json::json!({
+    /// A bookmark at `rv`; `initial_events_end` marks the end of a streaming list's
+    /// initial state, as upstream's `k8s.io/initial-events-end` annotation.
+    fn bookmark(&self, rv: i64, initial_events_end: bool) -> Event {
+        let mut obj = serde_json::json!({
             "kind": self.resource.info.kind,
             "apiVersion": self.resource.info.api_version(),
             "metadata": { "resourceVersion": rv.to_string() },
-        })));
+        });
+        if initial_events_end {
+            obj["metadata"]["annotations"] = serde_json::json!({ "k8s.io/initial-events-end": "true" });
+        }
+        Event { kind: EventType::Bookmark, key: String::new(), obj: Arc::new(CachedObject::plain(&obj)), prev: None, rv }
+    }
+
+    /// Sends a bookmark with the current revision to watchers that asked for them.
+    pub fn send_bookmarks(&self) {
+        let event = self.bookmark(self.rv(), false);
         let watchers = self.watchers.lock();
         for w in watchers.values().filter(|w| w.bookmarks) {
-            let _ = w.tx.try_send(Event {
-                kind: EventType::Bookmark,
-                key: String::new(),
-                obj: obj.clone(),
-                prev: None,
-                rv,
-            });
+            let _ = w.tx.try_send(event.clone());
         }
     }
 

@@ -184,3 +184,48 @@ fn kube_rs_patches_strategic_json_and_apply() {
         assert_eq!(d.spec.unwrap().template.spec.unwrap().containers[1].image.as_deref(), Some("b:1"));
     });
 }
+
+#[test]
+fn kube_rs_streaming_list_gets_every_object_then_init_done() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    const N: usize = 1_500;
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let rt = e2e::runtime();
+    rt.block_on(async {
+        let client = client(&api).await;
+        let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+        // More objects than a watcher's live-event buffer: the initial state is not capped.
+        futures::stream::iter(0..N)
+            .map(|i| {
+                let cms = cms.clone();
+                async move {
+                    let cm: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("s{i:04}")}})).unwrap();
+                    cms.create(&PostParams::default(), &cm).await.map(|_| ())
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("creates");
+        let mut stream = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut done = false;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !done {
+            let ev = tokio::time::timeout_at(deadline, stream.try_next()).await.expect("timed out").expect("watch").expect("ended");
+            match ev {
+                watcher::Event::Init => {}
+                watcher::Event::InitApply(cm) => {
+                    assert!(seen.insert(cm.metadata.name.unwrap()), "an object twice");
+                }
+                watcher::Event::InitDone => done = true,
+                other => panic!("unexpected before InitDone: {other:?}"),
+            }
+        }
+        assert_eq!(seen.iter().filter(|n| n.starts_with('s')).count(), N);
+    });
+    // The protocol checks, as upstream's.
+    let out = api.kubectl(&["get", "--raw", "/api/v1/configmaps?watch=1&sendInitialEvents=true"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("BadRequest"), "{out:?}");
+}

@@ -251,3 +251,23 @@ fn server_side_apply_by_two_managers() {
     let label = live["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == "kubectl-label").cloned();
     assert_eq!(label.map(|e| (e["operation"].clone(), e["fieldsV1"].clone())), Some((serde_json::json!("Update"), serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}}}}))));
 }
+
+#[test]
+fn events_show_in_describe_and_kubectl_events() {
+    let (_etcd, api) = start();
+    api.kubectl_ok(&["run", "evpod", "-n", "w", "--image=i"]);
+    let pod = json(&api.kubectl_ok(&["get", "pod", "evpod", "-n", "w", "-o", "json"]));
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let event = format!(
+        "apiVersion: v1\nkind: Event\nmetadata: {{name: evpod.1, namespace: w}}\ninvolvedObject: {{kind: Pod, name: evpod, namespace: w, uid: {uid}, apiVersion: v1}}\nreason: Pulled\nmessage: image pulled\ntype: Normal\nsource: {{component: kubelet}}\nfirstTimestamp: \"2026-01-01T00:00:00Z\"\nlastTimestamp: \"2026-01-01T00:00:05Z\"\ncount: 3\n"
+    );
+    let out = api.kubectl_stdin(&["create", "-f", "-"], &event);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let describe = api.kubectl_ok(&["describe", "pod", "evpod", "-n", "w"]);
+    assert!(describe.contains("Pulled") && describe.contains("image pulled"), "{describe}");
+    let events = api.kubectl_ok(&["events", "-n", "w"]);
+    assert!(events.contains("Pulled") && events.contains("Pod/evpod") && events.contains("(x3 over"), "{events}");
+    // The same object through events.k8s.io/v1, in its shape.
+    let ev = json(&api.kubectl_ok(&["get", "events.v1.events.k8s.io", "evpod.1", "-n", "w", "-o", "json"]));
+    assert_eq!((ev["regarding"]["name"].as_str(), ev["note"].as_str(), ev["deprecatedCount"].as_i64()), (Some("evpod"), Some("image pulled"), Some(3)));
+}

@@ -17,7 +17,7 @@ use super::codec::Output;
 use super::request::RequestInfo;
 use super::{Api, BoxBody, BoxError, Query, filter_for, rv_of};
 use crate::cacher::EventType;
-use crate::errors::ApiResult;
+use crate::errors::{ApiError, ApiResult};
 use crate::registry::store::Store;
 use crate::table::{IncludeObject, to_table};
 
@@ -39,7 +39,8 @@ pub async fn serve(
             min + Duration::from_secs(rand::random_range(0..=min.as_secs().max(1)))
         }
     };
-    let (mut events, id) = store.watch(filter, rv, bookmarks).await?;
+    let send_initial = send_initial_events(q, bookmarks)?;
+    let (mut events, id) = store.watch(filter, rv, bookmarks, send_initial).await?;
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(64);
     let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
     let watch_store = store.clone();
@@ -89,4 +90,32 @@ pub async fn serve(
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache, private"));
     Ok(resp)
+}
+
+/// `sendInitialEvents=true` (a streaming list, "watch-list"): the current state as ADDED
+/// events, then a bookmark annotated `k8s.io/initial-events-end`. Checked as upstream:
+/// it needs `allowWatchBookmarks=true` and `resourceVersionMatch=NotOlderThan`.
+fn send_initial_events(q: &Query, bookmarks: bool) -> ApiResult<bool> {
+    let send = match q.get("sendInitialEvents").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("invalid sendInitialEvents: {other}"))),
+    };
+    let rv_match = q.get("resourceVersionMatch").map(String::as_str).filter(|m| !m.is_empty());
+    if send && rv_match != Some("NotOlderThan") {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
+    if send && !bookmarks {
+        return Err(ApiError::bad_request(
+            "allowWatchBookmarks: Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is set",
+        ));
+    }
+    if !send && rv_match.is_some() {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    Ok(send)
 }

@@ -378,8 +378,14 @@ impl Store {
         filter: Filter,
         rv: Option<i64>,
         bookmarks: bool,
+        send_initial: bool,
     ) -> ApiResult<(tokio::sync::mpsc::Receiver<Event>, Option<u64>)> {
         if !self.watch_cache {
+            if send_initial {
+                return Err(ApiError::bad_request(
+                    "sendInitialEvents is served from the watch cache; this server runs with --watch-cache=false",
+                ));
+            }
             return Ok((super::etcd_watch::watch(self, filter, rv).await?, None));
         }
         if let Some(r) = rv
@@ -394,7 +400,9 @@ impl Store {
         if rv.is_none() {
             self.cacher.sync().await?;
         }
-        let (events, id) = self.cacher.watch(filter, rv, bookmarks)?;
+        // A streaming list starts from the cache's state, which is then at least `rv`.
+        let (from, initial_end) = if send_initial { (None, true) } else { (rv, false) };
+        let (events, id) = self.cacher.watch(filter, from, bookmarks, initial_end)?;
         Ok((events, Some(id)))
     }
 
