@@ -508,7 +508,13 @@ impl Cacher {
         if initial_events_end {
             obj["metadata"]["annotations"] = serde_json::json!({ "k8s.io/initial-events-end": "true" });
         }
-        Event { kind: EventType::Bookmark, key: String::new(), obj: Arc::new(CachedObject::plain(&obj)), prev: None, rv }
+        Event {
+            kind: EventType::Bookmark,
+            key: String::new(),
+            obj: Arc::new(CachedObject::plain(&obj)),
+            prev: None,
+            rv,
+        }
     }
 
     /// Sends a bookmark with the current revision to watchers that asked for them.

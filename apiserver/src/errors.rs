@@ -159,6 +159,9 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Seconds a client should wait before retrying (429 and 503).
     pub retry_after: Option<u64>,
+    /// `metadata.continue` of the Status: for an expired continue token, one that goes on
+    /// from the same place at the current revision (an inconsistent list), as upstream.
+    pub continue_token: Option<String>,
 }
 
 /// Group and resource of an object, for error messages (`deployments.apps "x" ...`).
@@ -168,7 +171,7 @@ pub fn qualified(resource: &str, group: &str) -> String {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, retry_after: None }
+        Self { code, reason, message: message.into(), details: None, retry_after: None, continue_token: None }
     }
 
     fn with_details(mut self, name: &str, group: &str, kind: &str) -> Self {
@@ -314,6 +317,9 @@ impl ApiError {
         });
         if let Some(d) = &self.details {
             s["details"] = d.clone();
+        }
+        if let Some(c) = &self.continue_token {
+            s["metadata"]["continue"] = json!(c);
         }
         s
     }

@@ -7,8 +7,8 @@
 //! `--validate=true` (its default) once the OpenAPI document declares the parameter.
 //!
 //! The walk uses the OpenAPI definitions ([`PatchMeta`]), so server and kubectl judge a
-//! field by one table. Duplicate fields in a JSON body are not detected (the body is parsed
-//! into a map first, which keeps the last).
+//! field by one table. Duplicate fields of a JSON body ([`duplicate_fields`]) are found in
+//! the raw bytes, since the decoded map keeps only the last.
 
 use serde_json::Value;
 
@@ -46,12 +46,30 @@ impl FieldValidation {
         version: &str,
         obj: &Value,
     ) -> ApiResult<Vec<String>> {
-        let Some(meta) = meta.filter(|_| self != Self::Ignore) else {
+        self.check_with_duplicates(meta, kind, version, obj, &[])
+    }
+
+    /// [`FieldValidation::check`], also reporting the `duplicates` found in the body.
+    pub fn check_with_duplicates(
+        self,
+        meta: Option<PatchMeta<'_>>,
+        kind: &str,
+        version: &str,
+        obj: &Value,
+        duplicates: &[String],
+    ) -> ApiResult<Vec<String>> {
+        if self == Self::Ignore {
             return Ok(Vec::new());
-        };
+        }
         let mut unknown = Vec::new();
-        walk(meta, obj, &mut String::new(), &mut unknown);
-        let messages: Vec<String> = unknown.iter().map(|path| format!("unknown field \"{path}\"")).collect();
+        if let Some(meta) = meta {
+            walk(meta, obj, &mut String::new(), &mut unknown);
+        }
+        let messages: Vec<String> = duplicates
+            .iter()
+            .map(|path| format!("duplicate field \"{path}\""))
+            .chain(unknown.iter().map(|path| format!("unknown field \"{path}\"")))
+            .collect();
         match self {
             Self::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
                 "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
@@ -91,6 +109,75 @@ fn walk(meta: PatchMeta<'_>, v: &Value, path: &mut String, out: &mut Vec<String>
             }
         }
         _ => {}
+    }
+}
+
+/// The paths (`spec.replicas`, `spec.containers[0].name`) of keys a JSON document repeats
+/// within one object. Empty for anything that is not JSON.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    use serde::de::DeserializeSeed;
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = Scan { path: String::new(), out: &mut out }.deserialize(&mut de);
+    out
+}
+
+/// Walks a JSON value, noting repeated keys; the value itself is discarded.
+struct Scan<'o> {
+    path: String,
+    out: &'o mut Vec<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Scan<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Scan<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
+            if !seen.insert(key) {
+                self.out.push(path.clone());
+            }
+            map.next_value_seed(Scan { path, out: &mut *self.out })?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while seq
+            .next_element_seed(Scan { path: format!("{}[{i}]", self.path), out: &mut *self.out })?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
     }
 }
 
@@ -151,6 +238,21 @@ mod tests {
         let meta = openapi.patch_meta("", "v1", "ConfigMap");
         let cm = json!({"metadata": {"name": "c", "annotations": {"a": "b"}}, "data": {"anything": "x"}});
         assert!(FieldValidation::Strict.check(meta, "ConfigMap", "v1", &cm).unwrap().is_empty());
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_with_their_paths() {
+        let body = br#"{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"c","image":"i","image":"j"}]}}"#;
+        assert_eq!(duplicate_fields(body), ["metadata.name", "spec.containers[0].image"]);
+        assert!(duplicate_fields(b"not json").is_empty());
+        let err = FieldValidation::Strict
+            .check_with_duplicates(None, "Pod", "v1", &json!({}), &["metadata.name".into()])
+            .unwrap_err();
+        assert!(
+            err.message.ends_with("strict decoding error: duplicate field \"metadata.name\""),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

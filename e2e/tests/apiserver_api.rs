@@ -609,22 +609,44 @@ fn resource_version_match_on_lists() {
     let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
     post_json(&api, "/api/v1/namespaces/default/configmaps", cm("new"));
     let names = |l: &serde_json::Value| -> Vec<String> {
-        l["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
     };
     // Exact: the state at that revision, read from etcd's history.
-    let (code, exact) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    let (code, exact) = get_json(
+        &api,
+        &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"),
+    );
     assert_eq!(code, 200, "{exact}");
     assert_eq!(names(&exact), ["old"]);
     assert_eq!(exact["metadata"]["resourceVersion"], rv.as_str());
     // NotOlderThan: at least that revision (here, the latest).
-    let (code, newer) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"));
+    let (code, newer) = get_json(
+        &api,
+        &format!(
+            "/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"
+        ),
+    );
     assert_eq!(code, 200);
     assert_eq!(names(&newer), ["new", "old"]);
-    for bad in ["resourceVersionMatch=Exact", "resourceVersion=0&resourceVersionMatch=Exact", "resourceVersion=1&resourceVersionMatch=Newest"] {
+    for bad in [
+        "resourceVersionMatch=Exact",
+        "resourceVersion=0&resourceVersionMatch=Exact",
+        "resourceVersion=1&resourceVersionMatch=Newest",
+    ] {
         let (code, st) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?{bad}"));
         assert_eq!(code, 400, "{bad}: {st}");
         assert!(st["message"].as_str().unwrap().starts_with("resourceVersionMatch: "), "{st}");
     }
+    let (_, first) = get_json(&api, "/api/v1/namespaces/default/configmaps?limit=1");
+    assert_eq!(names(&first), ["new"]);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // A later write, so that compacting at the current revision removes the token's.
+    post_json(&api, "/api/v1/namespaces/default/configmaps", cm("a-later"));
     // Compacted away: 410.
     let out = etcd.etcdctl(&["compaction", list["metadata"]["resourceVersion"].as_str().unwrap()]);
     assert!(out.status.success());
@@ -632,6 +654,18 @@ fn resource_version_match_on_lists() {
     let current: i64 = now["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     let out = etcd.etcdctl(&["compaction", &current.to_string()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (code, st) = get_json(&api, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    let (code, st) = get_json(
+        &api,
+        &format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"),
+    );
     assert_eq!(code, 410, "{st}");
+    // An expired continue token: 410 with a token that goes on at the current revision.
+    let (code, st) =
+        get_json(&api, &format!("/api/v1/namespaces/default/configmaps?limit=1&continue={token}"));
+    assert_eq!(code, 410, "{st}");
+    let fresh = st["metadata"]["continue"].as_str().expect("a fresh continue token");
+    let (code, rest) =
+        get_json(&api, &format!("/api/v1/namespaces/default/configmaps?limit=1&continue={fresh}"));
+    assert_eq!(code, 200, "{rest}");
+    assert_eq!(names(&rest), ["old"]);
 }

@@ -200,7 +200,9 @@ fn kube_rs_streaming_list_gets_every_object_then_init_done() {
             .map(|i| {
                 let cms = cms.clone();
                 async move {
-                    let cm: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("s{i:04}")}})).unwrap();
+                    let cm: ConfigMap =
+                        serde_json::from_value(serde_json::json!({"metadata": {"name": format!("s{i:04}")}}))
+                            .unwrap();
                     cms.create(&PostParams::default(), &cm).await.map(|_| ())
                 }
             })
@@ -213,7 +215,11 @@ fn kube_rs_streaming_list_gets_every_object_then_init_done() {
         let mut done = false;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !done {
-            let ev = tokio::time::timeout_at(deadline, stream.try_next()).await.expect("timed out").expect("watch").expect("ended");
+            let ev = tokio::time::timeout_at(deadline, stream.try_next())
+                .await
+                .expect("timed out")
+                .expect("watch")
+                .expect("ended");
             match ev {
                 watcher::Event::Init => {}
                 watcher::Event::InitApply(cm) => {

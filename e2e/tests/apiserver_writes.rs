@@ -75,10 +75,25 @@ fn apply_prune_patch_diff_and_dry_run() {
 
     // kubectl patch: strategic (containers merged by name), merge, json.
     api.kubectl_ok(&[
-        "patch", "deploy", "app", "-n", "w", "--type=strategic", "-p",
+        "patch",
+        "deploy",
+        "app",
+        "-n",
+        "w",
+        "--type=strategic",
+        "-p",
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"side","image":"example/side:2"}]}}}}"#,
     ]);
-    api.kubectl_ok(&["patch", "deploy", "app", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"labels":{"patched":"merge"}}}"#]);
+    api.kubectl_ok(&[
+        "patch",
+        "deploy",
+        "app",
+        "-n",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"patched":"merge"}}}"#,
+    ]);
     api.kubectl_ok(&[
         "patch", "deploy", "app", "-n", "w", "--type=json", "-p",
         r#"[{"op":"test","path":"/spec/replicas","value":1},{"op":"replace","path":"/spec/replicas","value":2}]"#,
@@ -86,16 +101,37 @@ fn apply_prune_patch_diff_and_dry_run() {
     let d = json(&api.kubectl_ok(&["get", "deploy", "app", "-n", "w", "-o", "json"]));
     let containers = d["spec"]["template"]["spec"]["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 2, "strategic patch replaced the list: {containers:?}");
-    assert_eq!((containers[0]["image"].as_str(), containers[1]["image"].as_str()), (Some("example/app:2"), Some("example/side:2")));
+    assert_eq!(
+        (containers[0]["image"].as_str(), containers[1]["image"].as_str()),
+        (Some("example/app:2"), Some("example/side:2"))
+    );
     assert_eq!(d["metadata"]["labels"]["patched"], "merge");
     assert_eq!(d["spec"]["replicas"], 2);
-    let out = api.kubectl(&["patch", "deploy", "app", "-n", "w", "--type=json", "-p", r#"[{"op":"test","path":"/spec/replicas","value":9}]"#]);
+    let out = api.kubectl(&[
+        "patch",
+        "deploy",
+        "app",
+        "-n",
+        "w",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/spec/replicas","value":9}]"#,
+    ]);
     assert!(!out.status.success(), "a failing json patch test op was accepted");
     // A service's ports, merged by port; no duplicate for the existing one.
     api.kubectl_ok(&["create", "service", "clusterip", "svc", "-n", "w", "--tcp=80:8080"]);
-    api.kubectl_ok(&["patch", "svc", "svc", "-n", "w", "-p", r#"{"spec":{"ports":[{"name":"extra","port":81,"targetPort":8081}]}}"#]);
+    api.kubectl_ok(&[
+        "patch",
+        "svc",
+        "svc",
+        "-n",
+        "w",
+        "-p",
+        r#"{"spec":{"ports":[{"name":"extra","port":81,"targetPort":8081}]}}"#,
+    ]);
     let s = json(&api.kubectl_ok(&["get", "svc", "svc", "-n", "w", "-o", "json"]));
-    let ports: Vec<_> = s["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
+    let ports: Vec<_> =
+        s["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
     // A new element goes before the server's (upstream's normalizeElementOrder).
     assert_eq!(ports, [81, 80]);
 
@@ -106,7 +142,10 @@ fn apply_prune_patch_diff_and_dry_run() {
     let out = api.kubectl_stdin(&["diff", "-f", "-"], applied);
     let diff = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "diff exit code: {}", stderr(&out));
-    assert!(diff.contains("-        image: example/app:2") && diff.contains("+        image: example/app:3"), "{diff}");
+    assert!(
+        diff.contains("-        image: example/app:2") && diff.contains("+        image: example/app:3"),
+        "{diff}"
+    );
     let out = api.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], applied);
     assert!(out.status.success(), "{}", stderr(&out));
     let d = json(&api.kubectl_ok(&["get", "deploy", "app", "-n", "w", "-o", "json"]));
@@ -130,7 +169,10 @@ fn edit_scale_wait_and_output_formats() {
     edit.env("KUBE_EDITOR", r#"sed -i s/a:\ \"1\"/a:\ \"edited\"/"#);
     let out = edit.output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]))["data"]["a"], "edited");
+    assert_eq!(
+        json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]))["data"]["a"],
+        "edited"
+    );
     // An edit racing a concurrent update: the editor changes the object under kubectl's
     // feet, so kubectl's patch (pinned to the resourceVersion it read) conflicts.
     let mut edit = api.kubectl_cmd(&["edit", "cm", "extra", "-n", "w", "--output-patch=false"]);
@@ -151,7 +193,11 @@ fn edit_scale_wait_and_output_formats() {
         stderr(&out)
     );
     if !out.status.success() {
-        assert!(stderr(&out).contains("the object has been modified") || stderr(&out).contains("Conflict"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the object has been modified") || stderr(&out).contains("Conflict"),
+            "{}",
+            stderr(&out)
+        );
     }
 
     // scale, wait --for=jsonpath, sort-by, custom-columns.
@@ -160,19 +206,87 @@ fn edit_scale_wait_and_output_formats() {
     for (name, image) in [("c", "z:1"), ("a", "y:1"), ("b", "x:1")] {
         api.kubectl_ok(&["run", name, "-n", "w", &format!("--image={image}")]);
     }
-    let sorted = api.kubectl_ok(&["get", "pods", "-n", "w", "--sort-by=.spec.containers[0].image", "-o", "name"]);
+    // A pod's labels through each patch type.
+    api.kubectl_ok(&["patch", "pod", "a", "-n", "w", "-p", r#"{"metadata":{"labels":{"smp":"1"}}}"#]);
+    api.kubectl_ok(&[
+        "patch",
+        "pod",
+        "a",
+        "-n",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"merge":"1"}}}"#,
+    ]);
+    api.kubectl_ok(&[
+        "patch",
+        "pod",
+        "a",
+        "-n",
+        "w",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/labels/smp"}]"#,
+    ]);
+    let labels =
+        json(&api.kubectl_ok(&["get", "pod", "a", "-n", "w", "-o", "json"]))["metadata"]["labels"].clone();
+    assert_eq!(
+        (labels.get("smp"), labels["merge"].as_str(), labels["run"].as_str()),
+        (None, Some("1"), Some("a"))
+    );
+    let sorted =
+        api.kubectl_ok(&["get", "pods", "-n", "w", "--sort-by=.spec.containers[0].image", "-o", "name"]);
     assert_eq!(sorted.lines().collect::<Vec<_>>(), ["pod/b", "pod/a", "pod/c"]);
-    let cols = api.kubectl_ok(&["get", "pods", "-n", "w", "-o", "custom-columns=NAME:.metadata.name,IMAGE:.spec.containers[0].image", "--sort-by=.metadata.name"]);
+    let cols = api.kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        "w",
+        "-o",
+        "custom-columns=NAME:.metadata.name,IMAGE:.spec.containers[0].image",
+        "--sort-by=.metadata.name",
+    ]);
     let lines: Vec<_> = cols.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).collect();
     assert_eq!(lines, [vec!["NAME", "IMAGE"], vec!["a", "y:1"], vec!["b", "x:1"], vec!["c", "z:1"]]);
 
+    // A valid pod with a deprecated node label: created, with upstream's warning.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: warned, namespace: w}\nspec:\n  nodeSelector: {beta.kubernetes.io/arch: amd64}\n  containers: [{name: c, image: i}]\n";
+    let out = api.kubectl_stdin(&["create", "-f", "-"], pod);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(r#"Warning: spec.nodeSelector[beta.kubernetes.io/arch]: deprecated since v1.14; use "kubernetes.io/arch" instead"#),
+        "{}",
+        stderr(&out)
+    );
+
     // Cascading deletes leave upstream's finalizers on objects that have them to run.
-    api.kubectl_ok(&["patch", "cm", "extra", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"finalizers":["e2e/hold"]}}"#]);
+    api.kubectl_ok(&[
+        "patch",
+        "cm",
+        "extra",
+        "-n",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["e2e/hold"]}}"#,
+    ]);
     api.kubectl_ok(&["delete", "cm", "extra", "-n", "w", "--cascade=foreground", "--wait=false"]);
     let cm = json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]));
-    assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "foregroundDeletion"), "{cm}");
+    assert!(
+        cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "foregroundDeletion"),
+        "{cm}"
+    );
     api.kubectl_ok(&["create", "configmap", "orphaned", "-n", "w"]);
-    api.kubectl_ok(&["patch", "cm", "orphaned", "-n", "w", "--type=merge", "-p", r#"{"metadata":{"finalizers":["e2e/hold"]}}"#]);
+    api.kubectl_ok(&[
+        "patch",
+        "cm",
+        "orphaned",
+        "-n",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["e2e/hold"]}}"#,
+    ]);
     api.kubectl_ok(&["delete", "cm", "orphaned", "-n", "w", "--cascade=orphan", "--wait=false"]);
     let cm = json(&api.kubectl_ok(&["get", "cm", "orphaned", "-n", "w", "-o", "json"]));
     assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "orphan"), "{cm}");
@@ -198,7 +312,12 @@ fn chunked_lists_see_every_object_once_under_churn() {
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
             let name = format!("churn-{i}");
             let k = |args: &[&str]| {
-                std::process::Command::new("kubectl").arg("--kubeconfig").arg(&churn_cfg).args(args).output().unwrap()
+                std::process::Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&churn_cfg)
+                    .args(args)
+                    .output()
+                    .unwrap()
             };
             k(&["run", &name, "-n", "w", "--image=i"]);
             k(&["delete", "pod", &name, "-n", "w", "--grace-period=0", "--force"]);
@@ -231,12 +350,20 @@ fn server_side_apply_by_two_managers() {
     let err = stderr(&out);
     assert!(err.contains("conflict with \"alice\"") && err.contains(".data.a"), "{err}");
     // --force-conflicts: bob takes .data.a.
-    let out = api.kubectl_stdin(&["apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-"], bob);
+    let out = api.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-"],
+        bob,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
-    let live = json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
+    let live =
+        json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
     assert_eq!(live["data"], serde_json::json!({"a": "2", "b": "1", "c": "3"}));
-    let managers: Vec<_> =
-        live["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].as_str().unwrap().to_string()).collect();
+    let managers: Vec<_> = live["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(managers, ["alice", "bob"]);
     assert_eq!(live["metadata"]["managedFields"][0]["fieldsV1"], serde_json::json!({"f:data": {"f:b": {}}}));
     // alice re-applies without b: b is removed (no one else owns it).
@@ -247,9 +374,18 @@ fn server_side_apply_by_two_managers() {
     assert_eq!(live["data"], serde_json::json!({"a": "2", "c": "3"}));
     // An imperative change is recorded as an Update by its manager.
     api.kubectl_ok(&["label", "cm", "shared", "-n", "w", "team=x"]);
-    let live = json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
-    let label = live["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == "kubectl-label").cloned();
-    assert_eq!(label.map(|e| (e["operation"].clone(), e["fieldsV1"].clone())), Some((serde_json::json!("Update"), serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}}}}))));
+    let live =
+        json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
+    let label = live["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "kubectl-label")
+        .cloned();
+    assert_eq!(
+        label.map(|e| (e["operation"].clone(), e["fieldsV1"].clone())),
+        Some((serde_json::json!("Update"), serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}}}})))
+    );
 }
 
 #[test]
@@ -266,8 +402,14 @@ fn events_show_in_describe_and_kubectl_events() {
     let describe = api.kubectl_ok(&["describe", "pod", "evpod", "-n", "w"]);
     assert!(describe.contains("Pulled") && describe.contains("image pulled"), "{describe}");
     let events = api.kubectl_ok(&["events", "-n", "w"]);
-    assert!(events.contains("Pulled") && events.contains("Pod/evpod") && events.contains("(x3 over"), "{events}");
+    assert!(
+        events.contains("Pulled") && events.contains("Pod/evpod") && events.contains("(x3 over"),
+        "{events}"
+    );
     // The same object through events.k8s.io/v1, in its shape.
     let ev = json(&api.kubectl_ok(&["get", "events.v1.events.k8s.io", "evpod.1", "-n", "w", "-o", "json"]));
-    assert_eq!((ev["regarding"]["name"].as_str(), ev["note"].as_str(), ev["deprecatedCount"].as_i64()), (Some("evpod"), Some("image pulled"), Some(3)));
+    assert_eq!(
+        (ev["regarding"]["name"].as_str(), ev["note"].as_str(), ev["deprecatedCount"].as_i64()),
+        (Some("evpod"), Some("image pulled"), Some(3))
+    );
 }

@@ -169,9 +169,8 @@ pub fn remove_at(obj: &mut Value, path: &[String]) {
         let next = if let Some(name) = el.strip_prefix("f:") {
             cur.get_mut(name)
         } else {
-            let index = step(cur, el).and_then(|found| {
-                cur.as_array().and_then(|a| a.iter().position(|i| std::ptr::eq(i, found)))
-            });
+            let index = step(cur, el)
+                .and_then(|found| cur.as_array().and_then(|a| a.iter().position(|i| std::ptr::eq(i, found))));
             index.and_then(|i| cur.get_mut(i))
         };
         match next {
@@ -185,8 +184,8 @@ pub fn remove_at(obj: &mut Value, path: &[String]) {
         }
         return;
     }
-    let index =
-        step(cur, last).and_then(|found| cur.as_array().and_then(|a| a.iter().position(|i| std::ptr::eq(i, found))));
+    let index = step(cur, last)
+        .and_then(|found| cur.as_array().and_then(|a| a.iter().position(|i| std::ptr::eq(i, found))));
     if let (Some(i), Some(a)) = (index, cur.as_array_mut()) {
         a.remove(i);
     }
@@ -199,7 +198,11 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
     for path in set {
         let mut node = &mut root;
         for el in path {
-            node = node.entry(el.clone()).or_insert_with(|| Value::Object(Map::new())).as_object_mut().expect("nodes are objects");
+            node = node
+                .entry(el.clone())
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("nodes are objects");
         }
         node.insert(".".into(), Value::Object(Map::new()));
     }

@@ -78,7 +78,10 @@ fn apply_creates_conflicts_forces_and_removes_dropped_fields() {
     bob["spec"] = json!({ "replicas": 3 });
     let err = apply(meta, Some(&obj), base(), bob.clone(), &mgr("bob"), false).unwrap_err();
     assert_eq!(err.code, 409);
-    assert_eq!(err.message, "Apply failed with 1 conflict: conflict with \"alice\" using apps/v1: .spec.replicas");
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"alice\" using apps/v1: .spec.replicas"
+    );
     let obj = apply(meta, Some(&obj), base(), bob, &mgr("bob"), true).unwrap();
     assert_eq!(obj["spec"]["replicas"], 3);
     assert_eq!(managers(&obj).len(), 2);
@@ -120,7 +123,10 @@ fn updates_take_the_fields_they_change() {
 #[test]
 fn manager_names() {
     assert_eq!(manager_name(Some("kubectl"), None).unwrap(), "kubectl");
-    assert_eq!(manager_name(None, Some("kube-controller-manager/v1.32.0 (linux/amd64)")).unwrap(), "kube-controller-manager");
+    assert_eq!(
+        manager_name(None, Some("kube-controller-manager/v1.32.0 (linux/amd64)")).unwrap(),
+        "kube-controller-manager"
+    );
     assert_eq!(manager_name(None, None).unwrap(), "unknown");
     assert_eq!(manager_name(Some(&"x".repeat(200)), None).unwrap_err().code, 400);
 }

@@ -26,6 +26,7 @@ use crate::cacher::Filter;
 use crate::errors::{ApiError, ApiResult, success_status};
 use crate::field_validation::FieldValidation;
 use crate::openapi::OpenApi;
+use crate::patch::Target;
 use crate::registry::Registry;
 use crate::registry::store::{DeleteOptions, Deleted, ListOptions, Store};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -114,6 +115,7 @@ pub async fn check_fields(
     store: &Store,
     q: &Query,
     obj: &Value,
+    body: &[u8],
 ) -> ApiResult<Vec<String>> {
     let fv = FieldValidation::from_query(q)?;
     if fv == FieldValidation::Ignore {
@@ -121,7 +123,9 @@ pub async fn check_fields(
     }
     openapi.rendered().await;
     let info = &store.res.info;
-    fv.check(openapi.patch_meta(info.group, info.version, info.kind), info.kind, info.version, obj)
+    let duplicates = crate::field_validation::duplicate_fields(body);
+    let meta = openapi.patch_meta(info.group, info.version, info.kind);
+    fv.check_with_duplicates(meta, info.kind, info.version, obj, &duplicates)
 }
 
 /// The field manager of a write: `fieldManager`, else the client's program name.
@@ -147,7 +151,12 @@ pub async fn record_fields(
     openapi.rendered().await;
     let api_version = info.api_version();
     let manager = crate::fieldmanager::Manager { name: &name, api_version: &api_version, subresource };
-    crate::fieldmanager::record_update(openapi.patch_meta(info.group, info.version, info.kind), old, obj, &manager);
+    crate::fieldmanager::record_update(
+        openapi.patch_meta(info.group, info.version, info.kind),
+        old,
+        obj,
+        &manager,
+    );
     Ok(())
 }
 
@@ -403,7 +412,7 @@ impl Api {
             "create" => {
                 let (headers, body) = Self::read_body(req).await?;
                 let mut obj = codec::decode(&headers, &body)?;
-                let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
+                let warnings = check_fields(&self.openapi, &store, &q, &obj, &body).await?;
                 let dry = is_dry_run(&q, &obj);
                 self.check_namespace(&store, ns).await?;
                 record_fields(&self.openapi, &store, &q, &headers, None, None, &mut obj).await?;
@@ -412,13 +421,14 @@ impl Api {
                 } else {
                     store.create(ns, obj, dry).await?
                 };
+                let warnings = [warnings, store.res.hooks.warnings(&created)].concat();
                 Ok(with_warnings(respond(StatusCode::CREATED, &created, output, &store, &q), &warnings))
             }
             "update" => {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
                 let mut obj = codec::decode(&headers, &body)?;
-                let warnings = check_fields(&self.openapi, &store, &q, &obj).await?;
+                let warnings = check_fields(&self.openapi, &store, &q, &obj, &body).await?;
                 let dry = is_dry_run(&q, &obj);
                 // (Read again by the update itself, which checks the resourceVersion.)
                 let old = store.get_fresh(ns, &name).await.ok().map(|(o, _)| o);
@@ -429,6 +439,7 @@ impl Api {
                     store.update(ns, &name, obj, None, dry).await?
                 };
                 let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+                let warnings = [warnings, store.res.hooks.warnings(&obj)].concat();
                 Ok(with_warnings(respond(code, &obj, output, &store, &q), &warnings))
             }
             "patch" => {
@@ -436,9 +447,16 @@ impl Api {
                 let (headers, body) = Self::read_body(req).await?;
                 let patch = crate::patch::Patch::decode(&headers, &body)?;
                 let manager = manager_of(&q, &headers)?;
-                let (obj, warnings) =
-                    crate::patch::apply_patch(&store, &self.openapi, ns, &name, None, patch, &q, &manager)
-                        .await?;
+                let (obj, warnings) = crate::patch::apply_patch(
+                    &store,
+                    &self.openapi,
+                    Target { ns, name: &name, subresource: None },
+                    patch,
+                    &q,
+                    &manager,
+                )
+                .await?;
+                let warnings = [warnings, store.res.hooks.warnings(&obj)].concat();
                 Ok(with_warnings(respond(StatusCode::OK, &obj, output, &store, &q), &warnings))
             }
             "delete" => {
@@ -557,7 +575,9 @@ pub(crate) async fn body_of(req: Request<Incoming>) -> ApiResult<(HeaderMap, Byt
 /// (Without it, a resourceVersion means "not older than", as upstream's legacy default.)
 fn resource_version_match(q: &Query, rv: Option<i64>) -> ApiResult<bool> {
     let Some(m) = q.get("resourceVersionMatch").filter(|m| !m.is_empty()) else { return Ok(false) };
-    let invalid = |detail: String| ApiError::bad_request(format!("resourceVersionMatch: Invalid value: \"{m}\": {detail}"));
+    let invalid = |detail: String| {
+        ApiError::bad_request(format!("resourceVersionMatch: Invalid value: \"{m}\": {detail}"))
+    };
     if rv.is_none() {
         return Err(ApiError::bad_request(
             "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
@@ -570,7 +590,9 @@ fn resource_version_match(q: &Query, rv: Option<i64>) -> ApiResult<bool> {
     }
     match m.as_str() {
         "NotOlderThan" => Ok(false),
-        "Exact" if rv == Some(0) => Err(invalid("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into())),
+        "Exact" if rv == Some(0) => {
+            Err(invalid("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into()))
+        }
         "Exact" => Ok(true),
         _ => Err(ApiError::bad_request(format!(
             "resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""

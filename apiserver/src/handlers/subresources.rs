@@ -34,7 +34,7 @@ pub async fn handle(
         ("status", "update") => {
             let (headers, body) = body_of(req).await?;
             let obj = codec::decode(&headers, &body)?;
-            let warnings = super::check_fields(&api.openapi, store, &q, &obj).await?;
+            let warnings = super::check_fields(&api.openapi, store, &q, &obj, &body).await?;
             let dry = super::dry_run(&q);
             let (obj, _) = store.update(ns, &name, obj, Some("status"), dry).await?;
             Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
@@ -43,9 +43,15 @@ pub async fn handle(
             let (headers, body) = body_of(req).await?;
             let patch = crate::patch::Patch::decode(&headers, &body)?;
             let manager = super::manager_of(&q, &headers)?;
-            let (obj, warnings) =
-                crate::patch::apply_patch(store, &api.openapi, ns, &name, Some("status"), patch, &q, &manager)
-                    .await?;
+            let (obj, warnings) = crate::patch::apply_patch(
+                store,
+                &api.openapi,
+                crate::patch::Target { ns, name: &name, subresource: Some("status") },
+                patch,
+                &q,
+                &manager,
+            )
+            .await?;
             Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
         ("scale", "get") => {

@@ -93,7 +93,8 @@ impl<'a> PatchMeta<'a> {
         let strategy = prop.get("x-kubernetes-patch-strategy").and_then(Value::as_str).unwrap_or("");
         let merge_key = prop.get("x-kubernetes-patch-merge-key").and_then(Value::as_str);
         let list_type = prop.get("x-kubernetes-list-type").and_then(Value::as_str);
-        let map_keys = prop.get("x-kubernetes-list-map-keys").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let map_keys =
+            prop.get("x-kubernetes-list-map-keys").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
         let mut value = self.resolve(prop);
         if let Some(items) = value.get("items") {
             value = self.resolve(items);

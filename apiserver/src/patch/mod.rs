@@ -237,19 +237,25 @@ fn strategic_unsupported() -> ApiError {
     e
 }
 
-/// Applies a PATCH request to the stored object and stores the result. `openapi` gives a
-/// strategic merge patch the kind's patch strategies (the status subresource's kind is the
-/// resource's).
+/// The object a PATCH request addresses.
+pub struct Target<'a> {
+    pub ns: Option<&'a str>,
+    pub name: &'a str,
+    /// `status` for the status subresource (whose kind is the resource's).
+    pub subresource: Option<&'a str>,
+}
+
+/// Applies a PATCH request by `manager` to the stored object and stores the result.
+/// `openapi` gives the kind's schema: patch strategies, field validation, field ownership.
 pub async fn apply_patch(
     store: &Store,
     openapi: &OpenApi,
-    ns: Option<&str>,
-    name: &str,
-    subresource: Option<&str>,
+    target: Target<'_>,
     patch: Patch,
     q: &Query,
     manager: &str,
 ) -> ApiResult<(Value, Vec<String>)> {
+    let Target { ns, name, subresource } = target;
     let fields = FieldValidation::from_query(q)?;
     let info = &store.res.info;
     // The schema: for strategic merge, field validation and managed fields.
@@ -339,7 +345,9 @@ async fn server_side_apply(
         Some("true") => true,
         Some(other) => return Err(ApiError::bad_request(format!("invalid force: {other}"))),
     };
-    if config["apiVersion"].as_str() != Some(manager.api_version) || config["kind"].as_str() != Some(info.kind) {
+    if config["apiVersion"].as_str() != Some(manager.api_version)
+        || config["kind"].as_str() != Some(info.kind)
+    {
         return Err(ApiError::bad_request(format!(
             "the applied configuration is a {} {}, this endpoint serves {} {}",
             config["apiVersion"].as_str().unwrap_or("(no apiVersion)"),
@@ -349,7 +357,9 @@ async fn server_side_apply(
         )));
     }
     if config["metadata"]["name"].as_str() != Some(name) {
-        return Err(ApiError::bad_request("the applied configuration's metadata.name must match the request's name"));
+        return Err(ApiError::bad_request(
+            "the applied configuration's metadata.name must match the request's name",
+        ));
     }
     if let (Some(want), Some(have)) = (ns, config["metadata"]["namespace"].as_str())
         && want != have
@@ -360,7 +370,8 @@ async fn server_side_apply(
     }
     let warnings = fields.check(schema, info.kind, info.version, config)?;
     let dry = crate::handlers::dry_run(q);
-    let mut base = json!({ "apiVersion": manager.api_version, "kind": info.kind, "metadata": { "name": name } });
+    let mut base =
+        json!({ "apiVersion": manager.api_version, "kind": info.kind, "metadata": { "name": name } });
     if let Some(ns) = ns {
         base["metadata"]["namespace"] = json!(ns);
     }

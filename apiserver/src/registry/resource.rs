@@ -149,6 +149,12 @@ pub trait Hooks: Send + Sync + 'static {
         NameRule::Subdomain
     }
 
+    /// Warnings about a written object that is valid but probably not meant (returned as
+    /// `Warning` headers, as upstream's strategies' WarningsOnCreate/Update).
+    fn warnings(&self, _obj: &Value) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether PUT may create a missing object (upstream's AllowCreateOnUpdate).
     fn create_on_update(&self) -> bool {
         false

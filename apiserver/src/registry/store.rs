@@ -305,7 +305,20 @@ impl Store {
     /// pages show one consistent state.
     async fn list_continue(&self, opts: &ListOptions, token: &str) -> ApiResult<ListPage> {
         let (rv, after) = decode_continue(token)?;
-        self.list_from_etcd(opts, rv, &after).await
+        self.list_from_etcd(opts, rv, &after).await.map_err(|mut e| {
+            if e.code == 410 {
+                // Revision 0 reads etcd's current state: the rest of the list, inconsistent.
+                e.continue_token = Some(encode_continue(0, &after));
+                e.message = "The provided continue parameter is too old to display a consistent list result. \
+                             You can start a new list without the continue parameter, or use the continue token \
+                             in this response to retrieve the remainder of the results. Continuing with the \
+                             provided token results in an inconsistent list - objects that were created, \
+                             modified, or deleted between the time the first chunk was returned and now may \
+                             show up in the list."
+                    .into();
+            }
+            e
+        })
     }
 
     /// A page of the objects at etcd revision `rv`, after key `after` (relative to the

@@ -59,6 +59,10 @@ fn validate_update_strategy(s: &Value) -> Vec<FieldError> {
 }
 
 impl Hooks for DaemonSetHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         if spec["updateStrategy"]["type"].as_str().is_none_or(str::is_empty) {

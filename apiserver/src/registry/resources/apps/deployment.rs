@@ -57,6 +57,10 @@ fn validate_strategy(strategy: &Value) -> Vec<FieldError> {
 }
 
 impl Hooks for DeploymentHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         set_default(spec, "replicas", json!(1));

@@ -12,6 +12,10 @@ use crate::validation::nonnegative;
 pub struct ReplicaSetHooks;
 
 impl Hooks for ReplicaSetHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         set_default(&mut obj["spec"], "replicas", json!(1));
         if obj["spec"]["template"].is_object() {

@@ -26,6 +26,10 @@ const MUTABLE: &[&str] = &[
 ];
 
 impl Hooks for StatefulSetHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         if spec["podManagementPolicy"].as_str().is_none_or(str::is_empty) {

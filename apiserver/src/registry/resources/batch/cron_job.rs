@@ -237,6 +237,13 @@ fn validate_spec(spec: &Value, old: Option<&Value>) -> Vec<FieldError> {
 }
 
 impl Hooks for CronJobHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(
+            obj,
+            &["spec", "jobTemplate", "spec", "template"],
+        )
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         if spec["concurrencyPolicy"].as_str().is_none_or(str::is_empty) {

@@ -190,6 +190,10 @@ fn defaulted_template(job: &Value) -> Value {
 }
 
 impl Hooks for JobHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         if spec["completions"].is_null() && spec["parallelism"].is_null() {

@@ -12,6 +12,7 @@ pub mod persistent_volume_claim;
 pub mod pod;
 pub mod pod_spec;
 pub mod pod_template;
+pub mod pod_warnings;
 pub mod replication_controller;
 pub mod resource_quota;
 pub mod secret;

@@ -222,6 +222,15 @@ fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
 }
 
 impl Hooks for PodHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::warnings(
+            &obj["metadata"],
+            &obj["spec"],
+            "metadata",
+            "spec",
+        )
+    }
+
     fn default(&self, obj: &mut Value) {
         pod_spec::default_pod_spec(&mut obj["spec"]);
         pod_spec::default_pod_only(&mut obj["spec"]);

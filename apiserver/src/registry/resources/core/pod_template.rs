@@ -10,6 +10,10 @@ use crate::registry::resource::Hooks;
 pub struct PodTemplateHooks;
 
 impl Hooks for PodTemplateHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         pod_spec::default_template(&mut obj["template"]);
     }

@@ -46,6 +46,10 @@ pub fn validate_controller_template(
 }
 
 impl Hooks for ReplicationControllerHooks {
+    fn warnings(&self, obj: &Value) -> Vec<String> {
+        crate::registry::resources::core::pod_warnings::template_warnings(obj, &["spec", "template"])
+    }
+
     fn default(&self, obj: &mut Value) {
         let template_labels = obj["spec"]["template"]["metadata"]["labels"].clone();
         if template_labels.is_object() {
