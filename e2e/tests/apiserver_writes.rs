@@ -260,36 +260,16 @@ fn edit_scale_wait_and_output_formats() {
     );
 
     // Cascading deletes leave upstream's finalizers on objects that have them to run.
-    api.kubectl_ok(&[
-        "patch",
-        "cm",
-        "extra",
-        "-n",
-        "w",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":["e2e/hold"]}}"#,
-    ]);
-    api.kubectl_ok(&["delete", "cm", "extra", "-n", "w", "--cascade=foreground", "--wait=false"]);
-    let cm = json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]));
-    assert!(
-        cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "foregroundDeletion"),
-        "{cm}"
-    );
     api.kubectl_ok(&["create", "configmap", "orphaned", "-n", "w"]);
-    api.kubectl_ok(&[
-        "patch",
-        "cm",
-        "orphaned",
-        "-n",
-        "w",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":["e2e/hold"]}}"#,
-    ]);
-    api.kubectl_ok(&["delete", "cm", "orphaned", "-n", "w", "--cascade=orphan", "--wait=false"]);
-    let cm = json(&api.kubectl_ok(&["get", "cm", "orphaned", "-n", "w", "-o", "json"]));
-    assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == "orphan"), "{cm}");
+    for (name, cascade, finalizer) in
+        [("extra", "foreground", "foregroundDeletion"), ("orphaned", "orphan", "orphan")]
+    {
+        let hold = r#"{"metadata":{"finalizers":["e2e/hold"]}}"#;
+        api.kubectl_ok(&["patch", "cm", name, "-n", "w", "--type=merge", "-p", hold]);
+        api.kubectl_ok(&["delete", "cm", name, "-n", "w", &format!("--cascade={cascade}"), "--wait=false"]);
+        let cm = json(&api.kubectl_ok(&["get", "cm", name, "-n", "w", "-o", "json"]));
+        assert!(cm["metadata"]["finalizers"].as_array().unwrap().iter().any(|f| f == finalizer), "{cm}");
+    }
 }
 
 #[test]
