@@ -9,20 +9,23 @@
 //!   with that group-version's paths and every schema they reach.
 //! - `GET /openapi/v2`: one Swagger 2.0 document with every path and definition.
 //!
-//! All are JSON. The protobuf forms (`application/com.github.proto-openapi.spec.v2@v1.0+
-//! protobuf`, `...spec.v3...`) are answered 406 Not Acceptable: kubectl v1.32 reads v3 JSON
-//! for `explain`, `apply`, `create`, `diff` and field validation, and asks for v2 (protobuf
-//! only) just when v3 is missing or fails.
+//! All are JSON by default. `/openapi/v2` is also served as protobuf (gnostic's
+//! `openapi.v2.Document`, see [`protobuf_v2`]) to `Accept: application/com.github.proto-
+//! openapi.spec.v2@v1.0+protobuf` (or the older `...spec.v2.v1.0+protobuf`), the only form
+//! kubectl asks for when it falls back to v2. The v3 protobuf form is answered 406 Not
+//! Acceptable: kubectl v1.32 reads v3 JSON for `explain`, `apply`, `create`, `diff` and field
+//! validation.
 //!
 //! # Caching
 //!
 //! Every document is generated and serialized once and served as bytes: [`OpenApi::new`]
 //! starts a thread that renders them (80-150 ms of CPU for the built-in resources), so
 //! startup does not wait; a request that comes first waits for that thread. Each carries
-//! an `ETag` (upstream's: the upper-case hex SHA-512 of the JSON, quoted); `If-None-Match`
-//! with it gets 304. A v3 request with `?hash=<ETAG>` is immutable
-//! (`Cache-Control: public, immutable`, `Expires` a year ahead); one with another hash is
-//! redirected (301) to the current one, as upstream's handler does.
+//! an `ETag` (upstream's: the upper-case hex SHA-512 of the JSON, quoted; the v2 protobuf
+//! form reuses its JSON's, as upstream's does); `If-None-Match` with it gets 304. A v3
+//! request with `?hash=<ETAG>` is immutable (`Cache-Control: public, immutable`, `Expires`
+//! a year ahead); one with another hash is redirected (301) to the current one, as
+//! upstream's handler does.
 //!
 //! [`OpenApi::respond`] sees only the path and `Accept`; [`OpenApi::respond_to`] sees the
 //! whole request (query and `If-None-Match`) and is what the handler should call.
@@ -36,6 +39,7 @@ mod extensions;
 mod kinds;
 mod patch_meta;
 mod paths;
+mod protobuf_v2;
 mod schemas;
 
 pub use patch_meta::{FieldMeta, PatchMeta};
@@ -55,6 +59,16 @@ use crate::registry::Registry;
 use crate::registry::resource::ResourceInfo;
 
 const JSON: &str = "application/json";
+/// The media type of the v2 document as protobuf; upstream also accepts [`V2_PROTOBUF_OLD`].
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+const V2_PROTOBUF_OLD: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// The representation a request gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Protobuf,
+}
 
 /// One serialized document and its entity tag (unquoted).
 struct Doc {
@@ -84,6 +98,8 @@ pub struct OpenApi {
 /// The rendered documents.
 struct Docs {
     v2: Doc,
+    /// The v2 document as protobuf, with the JSON's ETag.
+    v2_protobuf: Doc,
     v3_discovery: Doc,
     /// `api/v1`, `apis/apps/v1`, ... → the group-version's document.
     v3: BTreeMap<String, Doc>,
@@ -152,17 +168,17 @@ impl OpenApi {
     ) -> ApiResult<Response<BoxBody>> {
         let docs = self.docs();
         let path = path.trim_end_matches('/');
-        let (doc, gv) = match path {
-            "/openapi/v2" => {
-                negotiate(accept, "v2")?;
-                (&docs.v2, None)
-            }
-            "/openapi/v3" => (&docs.v3_discovery, None),
+        let (doc, gv, content_type) = match path {
+            "/openapi/v2" => match negotiate(accept, "v2", true)? {
+                Format::Json => (&docs.v2, None, JSON),
+                Format::Protobuf => (&docs.v2_protobuf, None, V2_PROTOBUF),
+            },
+            "/openapi/v3" => (&docs.v3_discovery, None, JSON),
             _ => {
                 let gv = path.strip_prefix("/openapi/v3/").ok_or_else(|| ApiError::no_route(path))?;
                 let doc = docs.v3.get(gv).ok_or_else(|| ApiError::no_route(path))?;
-                negotiate(accept, "v3")?;
-                (doc, Some(gv))
+                negotiate(accept, "v3", false)?;
+                (doc, Some(gv), JSON)
             }
         };
         let hash = query.and_then(|q| {
@@ -186,7 +202,7 @@ impl OpenApi {
             r.headers_mut().remove(header::CONTENT_TYPE);
             r
         } else {
-            full(StatusCode::OK, JSON, doc.bytes.clone())
+            full(StatusCode::OK, content_type, doc.bytes.clone())
         };
         insert(&mut r, header::ETAG, &quoted);
         insert(&mut r, header::VARY, "Accept");
@@ -304,7 +320,7 @@ impl Docs {
             .map(|(gv, d)| (gv.clone(), json!({ "serverRelativeURL": relative_url(gv, &d.etag) })))
             .collect();
         let v3_discovery = Doc::new(&json!({ "paths": v3_paths }));
-        let v2 = Doc::new(&json!({
+        let v2_value = json!({
             "swagger": "2.0",
             "info": { "title": "Kubernetes", "version": crate::discovery::GIT_VERSION },
             "paths": paths::render_v2(&all_paths),
@@ -318,18 +334,23 @@ impl Docs {
                 },
             },
             "security": [{ "BearerToken": [] }],
-        }));
+        });
+        let v2 = Doc::new(&v2_value);
+        // Encoded from the JSON form so the two cannot disagree; upstream's protobuf
+        // response carries the JSON's ETag too.
+        let v2_protobuf = Doc { bytes: Bytes::from(protobuf_v2::encode(&v2_value)), etag: v2.etag.clone() };
         let v3_bytes: usize = v3.values().map(|d| d.bytes.len()).sum();
         tracing::info!(
             took_ms = started.elapsed().as_millis() as u64,
             definitions = defs.schemas.len(),
             v2_bytes = v2.bytes.len(),
+            v2_protobuf_bytes = v2_protobuf.bytes.len(),
             v3_documents = v3.len(),
             v3_bytes,
             "openapi documents generated"
         );
         let schemas::Definitions { schemas: definitions, names } = defs;
-        Self { v2, v3_discovery, v3, generated: SystemTime::now(), definitions, names }
+        Self { v2, v2_protobuf, v3_discovery, v3, generated: SystemTime::now(), definitions, names }
     }
 }
 
@@ -343,26 +364,36 @@ fn insert(r: &mut Response<BoxBody>, name: header::HeaderName, value: &str) {
     }
 }
 
-/// Checks that `accept` takes JSON; the protobuf forms are not implemented (406).
-fn negotiate(accept: &str, version: &str) -> ApiResult<()> {
+/// Picks the representation `accept` asks for: JSON for no `Accept`, `application/json`,
+/// `application/*` and `*/*`; protobuf for the v2 protobuf media types when `protobuf` is
+/// offered. Of the acceptable clauses the one with the highest `q` wins (the first, on a
+/// tie); none acceptable is 406.
+fn negotiate(accept: &str, version: &str, protobuf: bool) -> ApiResult<Format> {
     if accept.trim().is_empty() {
-        return Ok(());
+        return Ok(Format::Json);
     }
+    let mut best: Option<(f32, Format)> = None;
     for clause in accept.split(',') {
         let mut parts = clause.split(';');
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let refused = parts.any(|p| {
-            let p = p.trim();
-            p.strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
-        });
-        if !refused && matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
-            return Ok(());
+        let q = parts
+            .find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(1.0)))
+            .unwrap_or(1.0);
+        let format = match media.as_str() {
+            "application/json" | "application/*" | "*/*" => Format::Json,
+            V2_PROTOBUF | V2_PROTOBUF_OLD if protobuf => Format::Protobuf,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, format));
         }
     }
-    Err(ApiError::not_acceptable(format!(
-        "only application/json is served for the OpenAPI {version} document; the protobuf form is not \
-         implemented (asked for {accept:?})"
-    )))
+    let offered = if protobuf { format!("application/json or {V2_PROTOBUF}") } else { JSON.to_string() };
+    best.map(|(_, f)| f).ok_or_else(|| {
+        ApiError::not_acceptable(format!(
+            "only {offered} is served for the OpenAPI {version} document (asked for {accept:?})"
+        ))
+    })
 }
 
 /// An HTTP date (RFC 7231 IMF-fixdate): `Sun, 06 Nov 1994 08:49:37 GMT`.

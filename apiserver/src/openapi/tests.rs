@@ -218,18 +218,163 @@ fn hashes_are_stable_and_honoured() {
 }
 
 #[test]
-fn protobuf_is_not_acceptable() {
+fn v3_protobuf_is_not_acceptable() {
     let api = api();
-    let v2pb = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-    assert_eq!(get(api, "/openapi/v2", &[("accept", v2pb)]).status(), StatusCode::NOT_ACCEPTABLE);
     let v3pb = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
     assert_eq!(get(api, "/openapi/v3/api/v1", &[("accept", v3pb)]).status(), StatusCode::NOT_ACCEPTABLE);
-    let both = format!("{v2pb}, application/json");
-    assert_eq!(get(api, "/openapi/v2", &[("accept", &both)]).status(), StatusCode::OK);
+    assert_eq!(get(api, "/openapi/v2", &[("accept", "text/html")]).status(), StatusCode::NOT_ACCEPTABLE);
     assert_eq!(get(api, "/openapi/v2", &[("accept", "*/*")]).status(), StatusCode::OK);
     assert_eq!(get(api, "/openapi/v3/apis/nope/v1", &[]).status(), StatusCode::NOT_FOUND);
     // The handler's path-only entry point serves too.
     assert_eq!(api.respond("/openapi/v3/api/v1", "application/json").unwrap().status(), StatusCode::OK);
+}
+
+const V2PB: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+#[test]
+fn v2_protobuf_is_served_when_asked_for() {
+    let api = api();
+    for accept in [V2PB, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"] {
+        let r = get(api, "/openapi/v2", &[("accept", accept)]);
+        assert_eq!(r.status(), StatusCode::OK, "{accept}");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], V2PB);
+        assert_eq!(r.headers()[header::VARY], "Accept");
+        assert!(r.headers().contains_key(header::LAST_MODIFIED));
+        let etag = r.headers()[header::ETAG].to_str().unwrap().to_string();
+        assert_eq!(etag, format!("\"{}\"", api.docs().v2.etag));
+        let b = body(r);
+        assert_eq!(b, api.docs().v2_protobuf.bytes);
+        let r = get(api, "/openapi/v2", &[("accept", accept), ("if-none-match", &etag)]);
+        assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
+    }
+    // JSON stays the default, and wins when preferred.
+    for accept in
+        [None, Some("*/*"), Some("application/json"), Some(&*format!("{V2PB};q=0.5, application/json"))]
+    {
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("accept", a)).into_iter().collect();
+        let r = get(api, "/openapi/v2", &headers);
+        assert_eq!(r.status(), StatusCode::OK, "{accept:?}");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], JSON, "{accept:?}");
+    }
+    let r = get(api, "/openapi/v2", &[("accept", &format!("{V2PB}, application/json;q=0.9"))]);
+    assert_eq!(r.headers()[header::CONTENT_TYPE], V2PB);
+}
+
+/// The fields of one message: (field number, value bytes) for length-delimited ones.
+fn fields(b: &[u8]) -> Vec<(u32, &[u8])> {
+    let mut r = crate::protobuf::wire::Reader::new(b);
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        let (tag, wt) = r.key().unwrap();
+        if wt == crate::protobuf::wire::WireType::Len {
+            out.push((tag, r.bytes().unwrap()));
+        } else {
+            r.skip(wt).unwrap();
+        }
+    }
+    out
+}
+
+fn field(b: &[u8], tag: u32) -> Option<&[u8]> {
+    fields(b).into_iter().find(|(t, _)| *t == tag).map(|(_, v)| v)
+}
+
+/// The `Named*` pair called `name` among the field-`tag` entries of `b`: its value bytes.
+fn named<'a>(b: &'a [u8], tag: u32, name: &str) -> Option<&'a [u8]> {
+    fields(b)
+        .into_iter()
+        .filter(|(t, _)| *t == tag)
+        .find(|(_, pair)| field(pair, 1) == Some(name.as_bytes()))
+        .and_then(|(_, pair)| field(pair, 2))
+}
+
+#[test]
+fn v2_protobuf_is_a_gnostic_document() {
+    let doc = &api().docs().v2_protobuf.bytes;
+    assert_eq!(field(doc, 1), Some(&b"2.0"[..]), "Document.swagger");
+    let info = field(doc, 2).unwrap();
+    assert_eq!(field(info, 1), Some(&b"Kubernetes"[..]), "Info.title");
+
+    // Definitions (9) → NamedSchema io.k8s.api.core.v1.Pod → Schema.
+    let definitions = field(doc, 9).unwrap();
+    let pod = named(definitions, 1, "io.k8s.api.core.v1.Pod").expect("Pod definition");
+    // Schema.vendor_extension (31): the GVK, as YAML in Any.yaml (2).
+    let gvk = named(pod, 31, "x-kubernetes-group-version-kind").unwrap();
+    let yaml: Value = serde_yaml::from_slice(field(gvk, 2).unwrap()).unwrap();
+    assert_eq!(yaml, serde_json::json!([{ "group": "", "kind": "Pod", "version": "v1" }]));
+    // Schema.properties (25) → spec → $ref (1).
+    let spec = named(field(pod, 25).unwrap(), 1, "spec").unwrap();
+    assert_eq!(field(spec, 1), Some(&b"#/definitions/io.k8s.api.core.v1.PodSpec"[..]));
+    // Schema.type (22) is a TypeItem.
+    let pod_spec = named(definitions, 1, "io.k8s.api.core.v1.PodSpec").unwrap();
+    assert_eq!(field(field(pod_spec, 22).unwrap(), 1), Some(&b"object"[..]));
+    let containers = named(field(pod_spec, 25).unwrap(), 1, "containers").unwrap();
+    // items (23) → ItemsItem.schema (1) → $ref.
+    let items = field(field(containers, 23).unwrap(), 1).unwrap();
+    assert_eq!(field(items, 1), Some(&b"#/definitions/io.k8s.api.core.v1.Container"[..]));
+    let merge_key = named(containers, 31, "x-kubernetes-patch-merge-key").unwrap();
+    assert_eq!(field(merge_key, 2), Some(&b"name\n"[..]));
+
+    // Paths (8) → NamedPathItem (2) → PathItem.get (2) → Operation.operation_id (5).
+    let paths = field(doc, 8).unwrap();
+    let item = named(paths, 2, "/api/v1/namespaces/{namespace}/pods/{name}").expect("pod path");
+    let get = field(item, 2).unwrap();
+    assert_eq!(field(get, 5), Some(&b"readCoreV1NamespacedPod"[..]));
+    let action = named(get, 13, "x-kubernetes-action").unwrap();
+    assert_eq!(field(action, 2), Some(&b"get\n"[..]));
+    // Responses (9) → "200" → ResponseValue.response (1) → schema (2) → SchemaItem.schema (1).
+    let ok = named(field(get, 9).unwrap(), 1, "200").unwrap();
+    let schema = field(field(field(ok, 1).unwrap(), 2).unwrap(), 1).unwrap();
+    assert_eq!(field(schema, 1), Some(&b"#/definitions/io.k8s.api.core.v1.Pod"[..]));
+    // PathItem.parameters (9): the path's `name` is a NonBodyParameter (2) with a
+    // PathParameterSubSchema (4), required (1) and named (4).
+    let names: Vec<&[u8]> = fields(item)
+        .into_iter()
+        .filter(|(t, _)| *t == 9)
+        .filter_map(|(_, p)| field(field(field(p, 1)?, 2)?, 4))
+        .filter_map(|sub| field(sub, 4))
+        .collect();
+    assert!(names.contains(&&b"name"[..]), "{names:?}");
+    // A body parameter: PUT's `body`, a BodyParameter (1) with a schema (5).
+    let put = field(item, 3).unwrap();
+    let body = fields(put)
+        .into_iter()
+        .filter(|(t, _)| *t == 8)
+        .find_map(|(_, p)| field(field(p, 1)?, 1))
+        .expect("body parameter");
+    assert_eq!(field(body, 2), Some(&b"body"[..]));
+    assert!(field(field(body, 5).unwrap(), 1).is_some());
+
+    // Security (12): a SecurityRequirement naming BearerToken with no scopes.
+    let scopes = named(field(doc, 12).unwrap(), 1, "BearerToken").unwrap();
+    assert!(scopes.is_empty(), "{scopes:?}");
+    // Security definitions (13) → BearerToken → ApiKeySecurity (2).
+    let bearer = named(field(doc, 13).unwrap(), 1, "BearerToken").unwrap();
+    assert_eq!(field(field(bearer, 2).unwrap(), 2), Some(&b"authorization"[..]));
+}
+
+#[test]
+fn v2_protobuf_skips_what_it_cannot_encode() {
+    // Keys of the wrong type, unknown keys and odd parameters are left out, not panicked on.
+    let odd = serde_json::json!({
+        "swagger": 2,
+        "info": "nope",
+        "paths": { "/x": { "get": { "parameters": [{ "in": "cookie", "name": "c" }, 7],
+                                    "responses": { "200": 1 } } }, "/y": [] },
+        "definitions": { "A": { "type": ["string", "null"], "items": [{ "type": "integer" }],
+                                "additionalProperties": false, "enum": [1, "a", null],
+                                "maxLength": -1, "minimum": 0.5, "x-k": { "a": [1] } },
+                         "B": null },
+        "x-top": true,
+    });
+    let b = protobuf_v2::encode(&odd);
+    assert_eq!(field(&b, 1), None);
+    let a = named(field(&b, 9).unwrap(), 1, "A").unwrap();
+    assert_eq!(fields(field(a, 22).unwrap()).len(), 2);
+    assert_eq!(field(field(a, 21).unwrap(), 2), None, "boolean, not length-delimited");
+    assert!(named(&b, 16, "x-top").is_some());
+    assert!(protobuf_v2::encode(&Value::Null).is_empty());
+    assert!(protobuf_v2::encode(&serde_json::json!([])).is_empty());
 }
 
 #[test]

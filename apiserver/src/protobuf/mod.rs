@@ -35,7 +35,7 @@
 
 mod message;
 pub mod schema;
-mod wire;
+pub(crate) mod wire;
 mod wkt;
 
 #[cfg(test)]
