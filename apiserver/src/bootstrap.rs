@@ -95,7 +95,7 @@ pub async fn run(registry: &Registry, services: &Services, advertise: IpAddr, po
     match endpoints.get_fresh(Some("default"), "kubernetes").await {
         Ok((old, _)) if old["subsets"] == eps["subsets"] => {}
         Ok(_) => {
-            endpoints.update(Some("default"), "kubernetes", eps, None, false).await?;
+            endpoints.update(Some("default"), "kubernetes", eps, None, false, None).await?;
         }
         Err(e) if e.is_not_found() => {
             endpoints.create(Some("default"), eps, false).await?;

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::errors::{ApiError, ApiResult, FieldError};
-use crate::registry::store::Store;
+use crate::registry::store::{Recorder, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cidr {
@@ -262,11 +262,12 @@ impl Services {
         name: &str,
         obj: Value,
         dry_run: bool,
+        record: Option<&Recorder<'_>>,
     ) -> ApiResult<(Value, bool)> {
         let (old, _) = store.get_fresh(ns, name).await?;
         let mut obj = obj;
         let (ips, ports) = self.reserve(&mut obj, Some(&old))?;
-        match store.update(ns, name, obj, None, dry_run).await {
+        match store.update(ns, name, obj, None, dry_run, record).await {
             Ok((v, created)) => {
                 if dry_run {
                     self.unreserve(&ips, &ports);

@@ -366,6 +366,23 @@ fn server_side_apply_by_two_managers() {
         label.map(|e| (e["operation"].clone(), e["fieldsV1"].clone())),
         Some((serde_json::json!("Update"), serde_json::json!({"f:metadata": {"f:labels": {"f:team": {}}}})))
     );
+    // A PUT (kubectl replace) takes the field it changes from bob.
+    let mut replaced = live.clone();
+    replaced["data"]["c"] = serde_json::json!("4");
+    let out = api.kubectl_stdin(&["replace", "-f", "-"], &replaced.to_string());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let live =
+        json(&api.kubectl_ok(&["get", "cm", "shared", "-n", "w", "-o", "json", "--show-managed-fields"]));
+    let fields_of = |m: &str| {
+        live["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["manager"] == m)
+            .map(|e| e["fieldsV1"].clone())
+    };
+    assert_eq!(fields_of("kubectl-replace"), Some(serde_json::json!({"f:data": {"f:c": {}}})));
+    assert_eq!(fields_of("bob"), Some(serde_json::json!({"f:data": {"f:a": {}}})));
 }
 
 #[test]

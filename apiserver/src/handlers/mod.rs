@@ -136,28 +136,39 @@ pub fn manager_of(q: &Query, headers: &HeaderMap) -> ApiResult<String> {
     )
 }
 
-/// Records a create or update in `obj`'s managedFields (see [`crate::fieldmanager`]).
-pub async fn record_fields(
-    openapi: &OpenApi,
-    store: &Store,
-    q: &Query,
-    headers: &HeaderMap,
-    subresource: Option<&str>,
-    old: Option<&Value>,
-    obj: &mut Value,
-) -> ApiResult<()> {
-    let info = &store.res.info;
-    let name = manager_of(q, headers)?;
-    openapi.rendered().await;
-    let api_version = info.api_version();
-    let manager = crate::fieldmanager::Manager { name: &name, api_version: &api_version, subresource };
-    crate::fieldmanager::record_update(
-        openapi.patch_meta(info.group, info.version, info.kind),
-        old,
-        obj,
-        &manager,
-    );
-    Ok(())
+/// The field manager of a create or update and the schema its fields are judged by, to
+/// record the write in `managedFields` (see [`crate::fieldmanager`]).
+pub struct FieldsOf<'a> {
+    manager: String,
+    api_version: String,
+    subresource: Option<&'a str>,
+    meta: Option<crate::openapi::PatchMeta<'a>>,
+}
+
+impl<'a> FieldsOf<'a> {
+    pub async fn new(
+        openapi: &'a OpenApi,
+        store: &Store,
+        q: &Query,
+        headers: &HeaderMap,
+        subresource: Option<&'a str>,
+    ) -> ApiResult<Self> {
+        let info = &store.res.info;
+        let manager = manager_of(q, headers)?;
+        openapi.rendered().await;
+        let meta = openapi.patch_meta(info.group, info.version, info.kind);
+        Ok(Self { manager, api_version: info.api_version(), subresource, meta })
+    }
+
+    /// Records the write of `obj` over `old` (None: a create).
+    pub fn record(&self, old: Option<&Value>, obj: &mut Value) {
+        let manager = crate::fieldmanager::Manager {
+            name: &self.manager,
+            api_version: &self.api_version,
+            subresource: self.subresource,
+        };
+        crate::fieldmanager::record_update(self.meta, old, obj, &manager);
+    }
 }
 
 /// Adds one `Warning` header per message, as upstream returns field validation warnings.
@@ -415,7 +426,7 @@ impl Api {
                 let warnings = check_fields(&self.openapi, &store, &q, &obj, &body).await?;
                 let dry = is_dry_run(&q, &obj);
                 self.check_namespace(&store, ns).await?;
-                record_fields(&self.openapi, &store, &q, &headers, None, None, &mut obj).await?;
+                FieldsOf::new(&self.openapi, &store, &q, &headers, None).await?.record(None, &mut obj);
                 let created = if store.res.info.kind == "Service" {
                     self.services.create(&store, ns, obj, dry).await?
                 } else {
@@ -427,16 +438,15 @@ impl Api {
             "update" => {
                 let name = info.name.clone().unwrap_or_default();
                 let (headers, body) = Self::read_body(req).await?;
-                let mut obj = codec::decode(&headers, &body)?;
+                let obj = codec::decode(&headers, &body)?;
                 let warnings = check_fields(&self.openapi, &store, &q, &obj, &body).await?;
                 let dry = is_dry_run(&q, &obj);
-                // (Read again by the update itself, which checks the resourceVersion.)
-                let old = store.get_fresh(ns, &name).await.ok().map(|(o, _)| o);
-                record_fields(&self.openapi, &store, &q, &headers, None, old.as_ref(), &mut obj).await?;
+                let fields = FieldsOf::new(&self.openapi, &store, &q, &headers, None).await?;
+                let record = |old: Option<&Value>, obj: &mut Value| fields.record(old, obj);
                 let (obj, created) = if store.res.info.kind == "Service" {
-                    self.services.update(&store, ns, &name, obj, dry).await?
+                    self.services.update(&store, ns, &name, obj, dry, Some(&record)).await?
                 } else {
-                    store.update(ns, &name, obj, None, dry).await?
+                    store.update(ns, &name, obj, None, dry, Some(&record)).await?
                 };
                 let code = if created { StatusCode::CREATED } else { StatusCode::OK };
                 let warnings = [warnings, store.res.hooks.warnings(&obj)].concat();

@@ -36,7 +36,9 @@ pub async fn handle(
             let obj = codec::decode(&headers, &body)?;
             let warnings = super::check_fields(&api.openapi, store, &q, &obj, &body).await?;
             let dry = super::dry_run(&q);
-            let (obj, _) = store.update(ns, &name, obj, Some("status"), dry).await?;
+            let fields = super::FieldsOf::new(&api.openapi, store, &q, &headers, Some("status")).await?;
+            let record = |old: Option<&Value>, obj: &mut Value| fields.record(old, obj);
+            let (obj, _) = store.update(ns, &name, obj, Some("status"), dry, Some(&record)).await?;
             Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
         ("status", "patch") => {

@@ -48,6 +48,10 @@ pub enum Deleted {
     Pending(Value),
 }
 
+/// Sees a written object before it is stored, with the stored one (None for a create):
+/// how a request records its field manager ([`crate::fieldmanager::record_update`]).
+pub type Recorder<'a> = dyn Fn(Option<&Value>, &mut Value) + Send + Sync + 'a;
+
 /// A list's items: decoded, or as the watch cache holds them.
 pub enum Items {
     Decoded(Vec<Value>),
@@ -551,6 +555,7 @@ impl Store {
         obj: Value,
         subresource: Option<&str>,
         dry_run: bool,
+        record: Option<&Recorder<'_>>,
     ) -> ApiResult<(Value, bool)> {
         let body_name = meta(&obj)["name"].as_str().unwrap_or_default();
         if !body_name.is_empty() && body_name != name {
@@ -572,6 +577,9 @@ impl Store {
             Err(e) if e.is_not_found() && self.res.hooks.create_on_update() && subresource.is_none() => {
                 let mut obj = obj;
                 meta_mut(&mut obj).insert("name".into(), json!(name));
+                if let Some(record) = record {
+                    record(None, &mut obj);
+                }
                 return Ok((self.create(ns, obj, dry_run).await?, true));
             }
             Err(e) => return Err(e),
@@ -580,6 +588,10 @@ impl Store {
             && w.parse::<i64>().ok() != Some(rev)
         {
             return Err(ApiError::stale(self.info().plural, self.info().group, name));
+        }
+        let mut obj = obj;
+        if let Some(record) = record {
+            record(Some(&old), &mut obj);
         }
         let new = self.prepare_update(obj, &old, subresource)?;
         if dry_run {

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use proto::etcdserverpb::kv_client::KvClient;
@@ -181,24 +180,8 @@ impl Etcd {
             // tonic balances over plain endpoints; with TLS, use the first server through a
             // TLS connector (etcd clients commonly point at one local member).
             let (ep, _) = endpoints.remove(0);
-            let connector = tower::service_fn(move |uri: Uri| {
-                let cfg = cfg.clone();
-                async move {
-                    let host = uri
-                        .host()
-                        .unwrap_or_default()
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_string();
-                    let port = uri.port_u16().unwrap_or(2379);
-                    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-                    tcp.set_nodelay(true)?;
-                    let name = rustls::pki_types::ServerName::try_from(host)
-                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                    let stream = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            });
+            let connector =
+                tower::service_fn(move |uri: Uri| component_base::tls::connect(cfg.clone(), uri, 2379));
             ep.connect_with_connector_lazy(connector)
         } else if endpoints.len() == 1 {
             endpoints.remove(0).0.connect_lazy()

@@ -167,5 +167,24 @@ fn alpn_list(alpn: &[&[u8]]) -> Vec<Vec<u8>> {
 #[cfg(test)]
 pub(crate) mod test_certs;
 
+/// Opens a TLS connection (with `cfg`, a [`client_config`]) to the host and port of `uri`,
+/// `default_port` when it names none: the connector behind gRPC clients whose channel
+/// speaks plain `http://` while TLS is done underneath (tonic's own TLS is not used, so
+/// one rustls configuration serves every client of the project).
+pub async fn connect(
+    cfg: Arc<ClientConfig>,
+    uri: http::Uri,
+    default_port: u16,
+) -> std::io::Result<hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>> {
+    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = uri.port_u16().unwrap_or(default_port);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    let name = rustls::pki_types::ServerName::try_from(host)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let stream = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await?;
+    Ok(hyper_util::rt::TokioIo::new(stream))
+}
+
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use proto::etcdpeer::peer_client;
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
@@ -71,24 +70,8 @@ pub fn client(
     let _guard = runtime.enter();
     let channel = match (parsed.scheme(), tls) {
         ("https", Some(cfg)) => {
-            let connector = tower::service_fn(move |uri: Uri| {
-                let cfg = cfg.clone();
-                async move {
-                    let host = uri
-                        .host()
-                        .unwrap_or_default()
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_string();
-                    let port = uri.port_u16().unwrap_or(443);
-                    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-                    tcp.set_nodelay(true)?;
-                    let name = rustls::pki_types::ServerName::try_from(host)
-                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                    let stream = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            });
+            let connector =
+                tower::service_fn(move |uri: Uri| component_base::tls::connect(cfg.clone(), uri, 443));
             endpoint.connect_with_connector_lazy(connector)
         }
         ("https", None) => {
