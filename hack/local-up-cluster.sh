@@ -4,7 +4,7 @@
 # $LOCAL_UP_DIR, prints how to reach each component, and stops everything it started on
 # Ctrl-C or SIGTERM.
 #
-# Components today: etcd and kube-apiserver. (Scheduler, controller-manager and kubelet are
+# Components today: etcd, kube-apiserver and kube-scheduler. (Controller-manager and kubelet are
 # added here as they land; the kubelet will use $LOCAL_UP_DIR/manifests.) kubectl reaches
 # the cluster with KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig (a static admin token; the
 # serving certificate is self-signed and its CA is in $LOCAL_UP_DIR/certs/apiserver.crt).
@@ -16,6 +16,7 @@
 #   ETCD_METRICS_PORT etcd metrics port (default 2381)
 #   API_HOST          address kube-apiserver listens on (default 127.0.0.1)
 #   API_SECURE_PORT   kube-apiserver port (default 6443)
+#   SCHEDULER_HOST    address kube-scheduler serves on (default 127.0.0.1); SCHEDULER_SECURE_PORT (10259)
 #   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 set -euo pipefail
@@ -29,6 +30,8 @@ ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
 ETCD_METRICS_PORT="${ETCD_METRICS_PORT:-2381}"
 API_HOST="${API_HOST:-127.0.0.1}"
 API_SECURE_PORT="${API_SECURE_PORT:-6443}"
+SCHEDULER_HOST="${SCHEDULER_HOST:-127.0.0.1}"
+SCHEDULER_SECURE_PORT="${SCHEDULER_SECURE_PORT:-10259}"
 SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="$CARGO_TARGET_DIR/release"
@@ -51,7 +54,7 @@ trap 'exit 143' TERM
 
 hack/install-deps.sh
 echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
-cargo build --release --locked -p etcd -p apiserver
+cargo build --release --locked -p etcd -p apiserver -p scheduler
 
 mkdir -p "$LOCAL_UP_DIR/logs"
 
@@ -131,6 +134,27 @@ contexts:
 current-context: local-up-cluster
 KUBECONFIG
 
+# kube-scheduler, with the admin kubeconfig (upstream's script gives it its own identity;
+# per-component credentials arrive with RBAC).
+"$BIN/kube-scheduler" \
+  --kubeconfig="$LOCAL_UP_DIR/admin.kubeconfig" \
+  --bind-address="$SCHEDULER_HOST" \
+  --secure-port="$SCHEDULER_SECURE_PORT" \
+  --cert-dir="$LOCAL_UP_DIR/certs" \
+  >"$LOCAL_UP_DIR/logs/kube-scheduler.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do
+  if curl -fsSk "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healthz" >/dev/null 2>&1; then
+    break
+  fi
+  if ! kill -0 "${PIDS[2]}" 2>/dev/null; then
+    echo "local-up-cluster: kube-scheduler exited; see $LOCAL_UP_DIR/logs/kube-scheduler.log" >&2
+    tail -20 "$LOCAL_UP_DIR/logs/kube-scheduler.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
@@ -138,6 +162,7 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
                   ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URL endpoint status -w table
   kube-apiserver  $API_URL
                   export KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig; kubectl get ns
+  kube-scheduler  https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/metrics (self-signed)
 
 Press Ctrl-C to stop.
 INFO

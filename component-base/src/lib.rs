@@ -10,11 +10,16 @@
 //! - [`shutdown`]: one cloneable shutdown signal, triggered by SIGTERM/SIGINT.
 //! - [`http`]: the HTTP/1.1 + HTTP/2 (optionally TLS) connection loop, and the
 //!   `/metrics` and health endpoints every component serves.
+//! - [`client`]: an API client (kube-rs) from `--kubeconfig` or the in-cluster config.
+//! - [`leaderelection`]: one active replica at a time, through a `coordination.k8s.io/v1`
+//!   Lease, as client-go's leader election.
 //!
 //! Each module has its own error enum; [`Error`] unites them for callers that
 //! propagate any of them with `?`.
 
+pub mod client;
 pub mod http;
+pub mod leaderelection;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;

@@ -59,9 +59,11 @@ use crate::registry::Registry;
 use crate::registry::resource::ResourceInfo;
 
 const JSON: &str = "application/json";
-/// The media type of the v2 document as protobuf; upstream also accepts [`V2_PROTOBUF_OLD`].
-const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-const V2_PROTOBUF_OLD: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+/// The media type of the v2 document as protobuf, as upstream's kube-openapi answers it.
+/// Clients (kubectl) ask with the deprecated `@` spelling, [`V2_PROTOBUF_AT`], which is no
+/// valid media type to parse: answering with it breaks Go's `mime.ParseMediaType`.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+const V2_PROTOBUF_AT: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 
 /// The representation a request gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,7 +383,7 @@ fn negotiate(accept: &str, version: &str, protobuf: bool) -> ApiResult<Format> {
             .unwrap_or(1.0);
         let format = match media.as_str() {
             "application/json" | "application/*" | "*/*" => Format::Json,
-            V2_PROTOBUF | V2_PROTOBUF_OLD if protobuf => Format::Protobuf,
+            V2_PROTOBUF | V2_PROTOBUF_AT if protobuf => Format::Protobuf,
             _ => continue,
         };
         if q > 0.0 && best.is_none_or(|(b, _)| q > b) {

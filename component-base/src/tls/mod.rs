@@ -164,6 +164,7 @@ fn alpn_list(alpn: &[&[u8]]) -> Vec<Vec<u8>> {
     alpn.iter().map(|p| p.to_vec()).collect()
 }
 
+pub mod self_signed;
 #[cfg(test)]
 pub(crate) mod test_certs;
 
