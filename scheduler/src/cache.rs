@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::framework::events;
-use crate::framework::labels::Labels;
+use crate::framework::labels::{Labels, Selector};
 use crate::framework::types::{NodeInfo, PodInfo};
 
 #[derive(Debug)]
@@ -29,13 +29,19 @@ pub struct Cache {
     nodes: Vec<NodeInfo>,
     index: HashMap<String, usize>,
     pods: HashMap<String, PodEntry>,
-    /// Namespace name → labels, for affinity terms' namespaceSelector.
-    pub namespaces: HashMap<String, Labels>,
+    /// Namespace name → labels, for affinity terms' namespaceSelector. Shared, because
+    /// each cycle's affinity state holds it.
+    pub namespaces: Arc<HashMap<String, Labels>>,
     /// `namespace/name` → claim.
     pub pvcs: HashMap<String, Arc<PersistentVolumeClaim>>,
     pub pvs: HashMap<String, Arc<PersistentVolume>>,
     /// `namespace/name` → budget.
     pub pdbs: HashMap<String, Arc<PodDisruptionBudget>>,
+    /// Services' selectors, by `namespace/name`: (namespace, selector).
+    pub services: HashMap<String, (String, Labels)>,
+    /// ReplicaSets', StatefulSets' and ReplicationControllers' selectors by uid, for
+    /// the pods they control (default topology spreading).
+    pub controllers: HashMap<String, Selector>,
     /// Node → pending pods nominated to it by preemption.
     nominated: HashMap<String, Vec<Arc<PodInfo>>>,
     nominated_node_of: HashMap<String, String>,
@@ -223,8 +229,38 @@ impl Cache {
         self.pods.len()
     }
 
+    /// Upstream's `DefaultSelector`: the selectors of the Services selecting `pod` and of
+    /// its controller (ReplicaSet, StatefulSet, ReplicationController), ANDed; `None`
+    /// when nothing selects it.
+    pub fn default_selector(&self, pod: &PodInfo) -> Option<Selector> {
+        let mut selector = Selector::everything();
+        let mut any = false;
+        for (ns, sel) in self.services.values() {
+            if *ns == pod.namespace
+                && !sel.is_empty()
+                && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+            {
+                for (k, v) in sel {
+                    selector.require(k, Some(v));
+                }
+                any = true;
+            }
+        }
+        let owners = pod.pod.metadata.owner_references.as_deref().unwrap_or(&[]);
+        for owner in owners.iter().filter(|o| o.controller == Some(true)) {
+            if let Some(sel) = self.controllers.get(&owner.uid) {
+                selector.and(sel);
+                any = true;
+            }
+        }
+        any.then_some(selector)
+    }
+
     /// Pending pods nominated to `node`.
     pub fn nominated_pods(&self, node: &str) -> &[Arc<PodInfo>] {
+        if self.nominated.is_empty() {
+            return &[];
+        }
         self.nominated.get(node).map(Vec::as_slice).unwrap_or(&[])
     }
 

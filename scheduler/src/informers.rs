@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
 use kube::api::Api;
@@ -19,6 +22,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use crate::cache::Cache;
+use crate::framework::labels::Selector;
 use crate::framework::runtime::Profile;
 use crate::framework::{PodInfo, events};
 use crate::queue::SchedulingQueue;
@@ -249,9 +253,50 @@ where
     }
 }
 
+/// Keeps `cache.controllers` (uid → selector) for one controller kind. Each kind's
+/// re-list replaces only its own entries.
+fn watch_controllers<K>(
+    client: &kube::Client,
+    synced: &Arc<Synced>,
+    h: &Handlers,
+    selector: fn(&K) -> Option<Selector>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let h = h.clone();
+    let mut mine: HashSet<String> = HashSet::new();
+    tokio::spawn(run_watch(Api::<K>::all(client.clone()), synced.clone(), move |c| {
+        let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
+        let mut cache = h.cache.lock();
+        match c {
+            Change::Apply(o) => {
+                if let Some(s) = selector(&o) {
+                    mine.insert(uid(&o));
+                    cache.controllers.insert(uid(&o), s);
+                }
+            }
+            Change::Delete(o) => {
+                mine.remove(&uid(&o));
+                cache.controllers.remove(&uid(&o));
+            }
+            Change::Replace(list) => {
+                for old in mine.drain() {
+                    cache.controllers.remove(&old);
+                }
+                for o in list {
+                    if let Some(s) = selector(&o) {
+                        mine.insert(uid(&o));
+                        cache.controllers.insert(uid(&o), s);
+                    }
+                }
+            }
+        }
+    }));
+}
+
 /// Starts every informer; the returned [`Synced`] resolves once each has listed.
 pub fn start(client: kube::Client, h: Handlers) -> Arc<Synced> {
-    let synced = Arc::new(Synced::new(6));
+    let synced = Arc::new(Synced::new(10));
     let spawn = |f: futures::future::BoxFuture<'static, ()>| {
         tokio::spawn(f);
     };
@@ -270,13 +315,13 @@ pub fn start(client: kube::Client, h: Handlers) -> Arc<Synced> {
             let labels = |n: &Namespace| n.metadata.labels.clone().unwrap_or_default();
             match c {
                 Change::Apply(n) => {
-                    cache.namespaces.insert(name_key(&n), labels(&n));
+                    Arc::make_mut(&mut cache.namespaces).insert(name_key(&n), labels(&n));
                 }
                 Change::Delete(n) => {
-                    cache.namespaces.remove(&name_key(&n));
+                    Arc::make_mut(&mut cache.namespaces).remove(&name_key(&n));
                 }
                 Change::Replace(list) => {
-                    cache.namespaces = list.iter().map(|n| (name_key(n), labels(n))).collect();
+                    cache.namespaces = Arc::new(list.iter().map(|n| (name_key(n), labels(n))).collect());
                 }
             }
             drop(cache);
@@ -301,8 +346,50 @@ pub fn start(client: kube::Client, h: Handlers) -> Arc<Synced> {
             h.queue.move_for_event(events::PV);
         })));
     }
-    spawn(Box::pin(run_watch(Api::<PodDisruptionBudget>::all(client), synced.clone(), move |c| {
-        apply_map(&mut h.cache.lock().pdbs, ns_key, c);
-    })));
+    {
+        let h = h.clone();
+        spawn(Box::pin(run_watch(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            synced.clone(),
+            move |c| {
+                apply_map(&mut h.cache.lock().pdbs, ns_key, c);
+            },
+        )));
+    }
+    {
+        let h = h.clone();
+        spawn(Box::pin(run_watch(Api::<Service>::all(client.clone()), synced.clone(), move |c| {
+            let entry = |s: &Service| {
+                let selector = s.spec.as_ref().and_then(|sp| sp.selector.clone()).unwrap_or_default();
+                (ns_key(s), (s.metadata.namespace.clone().unwrap_or_default(), selector))
+            };
+            let mut cache = h.cache.lock();
+            match c {
+                Change::Apply(s) => {
+                    let (k, v) = entry(&s);
+                    cache.services.insert(k, v);
+                }
+                Change::Delete(s) => {
+                    cache.services.remove(&ns_key(&s));
+                }
+                Change::Replace(list) => cache.services = list.iter().map(entry).collect(),
+            }
+        })));
+    }
+    // Controllers whose pods default topology spreading groups together, by kind.
+    watch_controllers::<ReplicaSet>(&client, &synced, &h, |o| {
+        o.spec.as_ref().map(|s| Selector::from_label_selector(Some(&s.selector)))
+    });
+    watch_controllers::<StatefulSet>(&client, &synced, &h, |o| {
+        o.spec.as_ref().map(|s| Selector::from_label_selector(Some(&s.selector)))
+    });
+    watch_controllers::<ReplicationController>(&client, &synced, &h, |o| {
+        let labels = o.spec.as_ref()?.selector.clone()?;
+        let mut s = Selector::everything();
+        for (k, v) in &labels {
+            s.require(k, Some(v));
+        }
+        Some(s)
+    });
     synced
 }

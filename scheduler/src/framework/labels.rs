@@ -108,6 +108,12 @@ impl Selector {
         self.requirements.push(requirement);
     }
 
+    /// Narrows this selector by every requirement of `other` (AND).
+    pub fn and(&mut self, other: &Selector) {
+        self.nothing |= other.nothing;
+        self.requirements.extend(other.requirements.iter().cloned());
+    }
+
     pub fn matches(&self, labels: &Labels) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels.get(&r.key)))
     }

@@ -8,6 +8,7 @@
 pub mod labels;
 pub mod quantity;
 pub mod runtime;
+pub mod topology;
 pub mod types;
 
 use std::any::Any;

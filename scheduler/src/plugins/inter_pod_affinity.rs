@@ -3,11 +3,13 @@
 //! score, all over topology domains (`topologyKey` label values).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::cache::Cache;
 use crate::framework::labels::Labels;
+use crate::framework::topology::TopologyCounts;
 use crate::framework::types::AffinityTerm;
 use crate::framework::{
     CycleState, Filter, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, PreFilter, PreScore, Rejection, Score,
@@ -58,27 +60,21 @@ impl InterPodAffinity {
     }
 }
 
-type Pair = (String, String);
-
 #[derive(Clone, Default)]
 struct FilterState {
     /// Domains where an existing pod's required anti-affinity forbids the incoming pod.
-    existing_anti: HashMap<Pair, i64>,
+    existing_anti: TopologyCounts,
     /// Domains with pods matching all the incoming pod's required affinity terms.
-    affinity: HashMap<Pair, i64>,
+    affinity: TopologyCounts,
     /// Domains with pods matching one of the incoming pod's required anti-affinity terms.
-    anti: HashMap<Pair, i64>,
-    namespaces: HashMap<String, Labels>,
+    anti: TopologyCounts,
+    namespaces: Arc<HashMap<String, Labels>>,
 }
 
 #[derive(Clone, Default)]
 struct ScoreState {
-    /// topology key → value → accumulated score.
-    topology: HashMap<String, HashMap<String, i64>>,
-}
-
-fn pair(key: &str, node: &NodeInfo) -> Option<Pair> {
-    node.labels.get(key).map(|v| (key.to_owned(), v.clone()))
+    /// Accumulated score per domain.
+    topology: TopologyCounts,
 }
 
 fn matches_all(terms: &[AffinityTerm], pod: &PodInfo, ns: &HashMap<String, Labels>) -> bool {
@@ -88,9 +84,9 @@ fn matches_all(terms: &[AffinityTerm], pod: &PodInfo, ns: &HashMap<String, Label
 impl FilterState {
     /// Counts (`delta` = +1 or −1) what `existing` on `node` contributes.
     fn account(&mut self, pod: &PodInfo, existing: &PodInfo, node: &NodeInfo, delta: i64) {
-        let bump = |map: &mut HashMap<Pair, i64>, key: &str| {
-            if let Some(p) = pair(key, node) {
-                *map.entry(p).or_default() += delta;
+        let bump = |counts: &mut TopologyCounts, key: &str| {
+            if let Some(v) = node.labels.get(key) {
+                counts.add(key, v, delta);
             }
         };
         for t in &existing.required_anti_affinity {
@@ -107,9 +103,6 @@ impl FilterState {
             if t.matches(existing, &self.namespaces) {
                 bump(&mut self.anti, &t.topology_key);
             }
-        }
-        for map in [&mut self.existing_anti, &mut self.affinity, &mut self.anti] {
-            map.retain(|_, c| *c > 0);
         }
     }
 }
@@ -182,13 +175,13 @@ impl Filter for InterPodAffinity {
         if !pod.required_affinity.is_empty() {
             let mut all_exist = true;
             for t in &pod.required_affinity {
-                match pair(&t.topology_key, node) {
+                match s.affinity.for_node(&t.topology_key, &node.labels) {
                     None => return Err(Rejection::unresolvable(AFFINITY_REASON)),
-                    Some(p) => all_exist &= s.affinity.get(&p).copied().unwrap_or(0) > 0,
+                    Some(n) => all_exist &= n > 0,
                 }
             }
             let first_of_group =
-                s.affinity.is_empty() && matches_all(&pod.required_affinity, pod, &s.namespaces);
+                !s.affinity.any_positive() && matches_all(&pod.required_affinity, pod, &s.namespaces);
             if !(all_exist || first_of_group) {
                 return Err(Rejection::unresolvable(AFFINITY_REASON));
             }
@@ -196,13 +189,11 @@ impl Filter for InterPodAffinity {
         if pod
             .required_anti_affinity
             .iter()
-            .any(|t| pair(&t.topology_key, node).is_some_and(|p| s.anti.contains_key(&p)))
+            .any(|t| s.anti.for_node(&t.topology_key, &node.labels).is_some_and(|n| n > 0))
         {
             return Err(Rejection::unschedulable(ANTI_AFFINITY_REASON));
         }
-        if !s.existing_anti.is_empty()
-            && node.labels.iter().any(|(k, v)| s.existing_anti.contains_key(&(k.clone(), v.clone())))
-        {
+        if s.existing_anti.node_in_positive(&node.labels) {
             return Err(Rejection::unschedulable(EXISTING_ANTI_AFFINITY_REASON));
         }
         Ok(())
@@ -216,7 +207,7 @@ impl PreScore for InterPodAffinity {
         let mut s = ScoreState::default();
         let mut add = |key: &str, node: &NodeInfo, weight: i64| {
             if let Some(v) = node.labels.get(key) {
-                *s.topology.entry(key.to_owned()).or_default().entry(v.clone()).or_default() += weight;
+                s.topology.add(key, v, weight);
             }
         };
         for node in snapshot.nodes() {
@@ -265,7 +256,7 @@ impl PreScore for InterPodAffinity {
 impl Score for InterPodAffinity {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
         let Some(s) = state.read::<ScoreState>(NAME) else { return 0 };
-        s.topology.iter().filter_map(|(key, values)| node.labels.get(key).and_then(|v| values.get(v))).sum()
+        s.topology.node_sum(&node.labels)
     }
 
     fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
@@ -283,8 +274,6 @@ impl Score for InterPodAffinity {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::plugins::testing::{bound, labeled, node, pod, with_anti_affinity};
 

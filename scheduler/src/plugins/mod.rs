@@ -88,6 +88,7 @@ pub fn build(
         node_resources_fit::NAME => Arc::new(node_resources_fit::NodeResourcesFit::new(args(name, raw)?)?),
         inter_pod_affinity::NAME => Arc::new(inter_pod_affinity::InterPodAffinity::new(args(name, raw)?)?),
         default_preemption::NAME => Arc::new(default_preemption::DefaultPreemption::new(args(name, raw)?)?),
+        pod_topology_spread::NAME => Arc::new(pod_topology_spread::PodTopologySpread::new(args(name, raw)?)?),
         other => {
             no_args(other, raw)?;
             match other {
@@ -100,7 +101,6 @@ pub fn build(
                 node_ports::NAME => Arc::new(node_ports::NodePorts),
                 volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
                 volume_binding::NAME => Arc::new(volume_binding::VolumeBinding),
-                pod_topology_spread::NAME => Arc::new(pod_topology_spread::PodTopologySpread),
                 balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation),
                 image_locality::NAME => Arc::new(image_locality::ImageLocality),
                 default_binder::NAME => Arc::new(default_binder::DefaultBinder::new(client.clone())),

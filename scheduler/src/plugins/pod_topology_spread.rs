@@ -4,16 +4,17 @@
 //!
 //! Only nodes that pass the pod's node affinity/selector (nodeAffinityPolicy Honor, the
 //! default) and, with nodeTaintsPolicy Honor, tolerate its taints count as domains.
-//! Cluster-level default constraints (for pods with none) are not applied: they need the
-//! Services/ReplicaSets/StatefulSets selecting a pod, which this scheduler does not watch.
-
-use std::collections::HashMap;
+//! A pod without constraints gets the cluster's default ones (`defaultingType: System`:
+//! ScheduleAnyway over hostnames with maxSkew 3 and zones with maxSkew 5), selecting the
+//! pods of the same Services, ReplicaSets, StatefulSets and ReplicationControllers.
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use serde::Deserialize;
 
 use super::node_affinity::required_matches;
 use crate::cache::Cache;
 use crate::framework::labels::{Selector, first_untolerated};
+use crate::framework::topology::TopologyCounts;
 use crate::framework::{
     CycleState, Filter, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, PreFilter, PreScore, Rejection, Score,
     Status, events,
@@ -25,7 +26,57 @@ pub const MISSING_LABEL_REASON: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
-pub struct PodTopologySpread;
+/// `PodTopologySpreadArgs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Args {
+    #[serde(default)]
+    pub default_constraints: Vec<TopologySpreadConstraint>,
+    /// `System` (the default) or `List`.
+    #[serde(default)]
+    pub defaulting_type: Option<String>,
+}
+
+pub struct PodTopologySpread {
+    /// Applied to pods that have no constraints of their own.
+    defaults: Vec<TopologySpreadConstraint>,
+    /// The defaults are upstream's built-in ones (`defaultingType: System`).
+    system_defaulted: bool,
+}
+
+impl PodTopologySpread {
+    pub fn new(args: Args) -> Result<Self, String> {
+        let system_defaulted = args.defaulting_type.as_deref().unwrap_or("System") == "System";
+        let defaults = match args.defaulting_type.as_deref().unwrap_or("System") {
+            "System" => {
+                if !args.default_constraints.is_empty() {
+                    return Err("defaultConstraints: must be empty with defaultingType System".into());
+                }
+                let soft = |key: &str, skew: i32| TopologySpreadConstraint {
+                    max_skew: skew,
+                    topology_key: key.to_owned(),
+                    when_unsatisfiable: "ScheduleAnyway".into(),
+                    ..TopologySpreadConstraint::default()
+                };
+                vec![soft(HOSTNAME, 3), soft("topology.kubernetes.io/zone", 5)]
+            }
+            "List" => {
+                if args.default_constraints.iter().any(|c| c.label_selector.is_some()) {
+                    return Err(
+                        "defaultConstraints[*].labelSelector: must not be set (it is derived per pod)".into(),
+                    );
+                }
+                args.default_constraints
+            }
+            other => {
+                return Err(format!(
+                    "defaultingType: Unsupported value: \"{other}\": supported values: \"System\", \"List\""
+                ));
+            }
+        };
+        Ok(Self { defaults, system_defaulted })
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Constraint {
@@ -37,14 +88,40 @@ struct Constraint {
     honor_taints: bool,
 }
 
-fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
-    let spec = pod.pod.spec.as_ref();
-    let list: &[TopologySpreadConstraint] =
-        spec.and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or(&[]);
+impl PodTopologySpread {
+    /// The pod's constraints of one kind (`hard`: DoNotSchedule), or the defaults when it
+    /// has none, selecting what the pod's Services and controllers select (no defaults
+    /// when nothing selects the pod).
+    fn constraints(&self, pod: &PodInfo, hard: bool, snapshot: &Cache) -> Vec<Constraint> {
+        let spec = pod.pod.spec.as_ref();
+        let own: &[TopologySpreadConstraint] =
+            spec.and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or(&[]);
+        if !own.is_empty() {
+            return parse(pod, own, hard, None);
+        }
+        if self.defaults.is_empty() {
+            return Vec::new();
+        }
+        match snapshot.default_selector(pod) {
+            Some(selector) => parse(pod, &self.defaults, hard, Some(selector)),
+            None => Vec::new(),
+        }
+    }
+}
+
+fn parse(
+    pod: &PodInfo,
+    list: &[TopologySpreadConstraint],
+    hard: bool,
+    default_selector: Option<Selector>,
+) -> Vec<Constraint> {
     list.iter()
         .filter(|c| (c.when_unsatisfiable == "DoNotSchedule") == hard)
         .map(|c| {
-            let mut selector = Selector::from_label_selector(c.label_selector.as_ref());
+            let mut selector = match &default_selector {
+                Some(s) => s.clone(),
+                None => Selector::from_label_selector(c.label_selector.as_ref()),
+            };
             for key in c.match_label_keys.iter().flatten() {
                 if let Some(v) = pod.labels.get(key) {
                     selector.require(key, Some(v));
@@ -78,25 +155,24 @@ fn matching_pods(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
 #[derive(Clone, Default)]
 struct FilterState {
     constraints: Vec<Constraint>,
-    /// (key, value) → matching pods in that domain.
-    counts: HashMap<(String, String), i64>,
-    /// key → smallest count among its domains (0 when fewer than minDomains exist).
-    min: HashMap<String, i64>,
+    /// Matching pods per domain (domains of eligible nodes exist, possibly at 0).
+    counts: TopologyCounts,
+    /// Per constraint, the smallest count among its key's domains (0 when fewer than
+    /// minDomains exist).
+    min: Vec<i64>,
 }
 
 impl FilterState {
     fn recompute_min(&mut self) {
-        self.min.clear();
-        for c in &self.constraints {
-            let domains: Vec<i64> =
-                self.counts.iter().filter(|((k, _), _)| *k == c.key).map(|(_, n)| *n).collect();
-            let min = if (domains.len() as i64) < c.min_domains {
-                0
-            } else {
-                domains.into_iter().min().unwrap_or(0)
-            };
-            self.min.insert(c.key.clone(), min);
-        }
+        self.min = self
+            .constraints
+            .iter()
+            .map(|c| {
+                let (n, min) =
+                    self.counts.domains(&c.key).fold((0i64, i64::MAX), |(n, m), (_, c)| (n + 1, m.min(*c)));
+                if n < c.min_domains { 0 } else { min }
+            })
+            .collect();
     }
 
     fn account(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
@@ -106,12 +182,8 @@ impl FilterState {
         let mut changed = false;
         for c in &self.constraints {
             let Some(v) = node.labels.get(&c.key) else { continue };
-            if !c.selector.matches(&other.labels) {
-                continue;
-            }
-            if let Some(n) = self.counts.get_mut(&(c.key.clone(), v.clone())) {
-                *n += delta;
-                changed = true;
+            if c.selector.matches(&other.labels) {
+                changed |= self.counts.add_existing(&c.key, v, delta);
             }
         }
         if changed {
@@ -149,7 +221,7 @@ impl Plugin for PodTopologySpread {
 
 impl PreFilter for PodTopologySpread {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Cache) -> Status {
-        let constraints = constraints(pod, true);
+        let constraints = self.constraints(pod, true, snapshot);
         let mut s = FilterState { constraints, ..FilterState::default() };
         if !s.constraints.is_empty() {
             for node in snapshot.nodes() {
@@ -158,11 +230,9 @@ impl PreFilter for PodTopologySpread {
                     continue;
                 }
                 for c in &s.constraints {
-                    if !counts_node(c, pod, node) {
-                        continue;
+                    if counts_node(c, pod, node) {
+                        s.counts.add(&c.key, &node.labels[&c.key], matching_pods(c, pod, node));
                     }
-                    let value = node.labels[&c.key].clone();
-                    *s.counts.entry((c.key.clone(), value)).or_default() += matching_pods(c, pod, node);
                 }
             }
             s.recompute_min();
@@ -189,14 +259,12 @@ impl Filter for PodTopologySpread {
         let Some(s) = state.read::<FilterState>(NAME) else {
             return Err(Rejection::error("PodTopologySpread: PreFilter state missing"));
         };
-        for c in &s.constraints {
-            let Some(value) = node.labels.get(&c.key) else {
+        for (c, min) in s.constraints.iter().zip(&s.min) {
+            let Some(count) = s.counts.for_node(&c.key, &node.labels) else {
                 return Err(Rejection::unresolvable(MISSING_LABEL_REASON));
             };
             let self_match = i64::from(c.selector.matches(&pod.labels));
-            let count = s.counts.get(&(c.key.clone(), value.clone())).copied().unwrap_or(0);
-            let min = s.min.get(&c.key).copied().unwrap_or(0);
-            if count + self_match - min > c.max_skew {
+            if count + self_match - *min > c.max_skew {
                 return Err(Rejection::unschedulable(REASON));
             }
         }
@@ -207,31 +275,47 @@ impl Filter for PodTopologySpread {
 #[derive(Clone, Default)]
 struct ScoreState {
     constraints: Vec<Constraint>,
-    counts: HashMap<(String, String), i64>,
+    counts: TopologyCounts,
     /// Per constraint, `ln(domains + 2)`: keys with more domains weigh more per pod.
     weights: Vec<f64>,
+    /// Nodes lacking a constraint's key are ignored — except under the system defaults,
+    /// where a cluster without zone labels still spreads over hostnames, as upstream.
+    require_all: bool,
+}
+
+fn has_all(constraints: &[Constraint], node: &NodeInfo) -> bool {
+    constraints.iter().all(|c| node.labels.contains_key(&c.key))
 }
 
 impl PreScore for PodTopologySpread {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Cache, nodes: &[&NodeInfo]) {
-        let constraints = constraints(pod, false);
+        let constraints = self.constraints(pod, false, snapshot);
         if constraints.is_empty() {
             state.write(NAME, ScoreState::default());
             return;
         }
-        let mut domains: Vec<std::collections::HashSet<&String>> =
-            vec![Default::default(); constraints.len()];
+        let own = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        let require_all = own || !self.system_defaulted;
+        let value =
+            |c: &Constraint, node: &NodeInfo| node.labels.get(&c.key).map_or("", String::as_str).to_owned();
+        let mut domains: Vec<std::collections::HashSet<String>> = vec![Default::default(); constraints.len()];
         for node in nodes {
-            if constraints.iter().all(|c| node.labels.contains_key(&c.key)) {
-                for (i, c) in constraints.iter().enumerate() {
-                    domains[i].insert(&node.labels[&c.key]);
-                }
+            if require_all && !has_all(&constraints, node) {
+                continue;
+            }
+            for (i, c) in constraints.iter().enumerate() {
+                domains[i].insert(value(c, node));
             }
         }
         let weights = domains.iter().map(|d| ((d.len() + 2) as f64).ln()).collect();
-        let mut counts = HashMap::new();
+        let mut counts = TopologyCounts::default();
         for node in snapshot.nodes() {
-            if !constraints.iter().all(|c| node.labels.contains_key(&c.key)) {
+            if require_all && !has_all(&constraints, node) {
                 continue;
             }
             for c in &constraints {
@@ -239,11 +323,10 @@ impl PreScore for PodTopologySpread {
                 if c.key == HOSTNAME || !counts_node(c, pod, node) {
                     continue;
                 }
-                let value = node.labels[&c.key].clone();
-                *counts.entry((c.key.clone(), value)).or_default() += matching_pods(c, pod, node);
+                counts.add(&c.key, &value(c, node), matching_pods(c, pod, node));
             }
         }
-        state.write(NAME, ScoreState { constraints, counts, weights });
+        state.write(NAME, ScoreState { constraints, counts, weights, require_all });
     }
 }
 
@@ -253,17 +336,14 @@ impl Score for PodTopologySpread {
         if s.constraints.is_empty() {
             return 0;
         }
-        if !s.constraints.iter().all(|c| node.labels.contains_key(&c.key)) {
+        if s.require_all && !has_all(&s.constraints, node) {
             // Marks the node as ignored for normalization.
             return -1;
         }
         let mut score = 0.0;
         for (c, weight) in s.constraints.iter().zip(&s.weights) {
-            let count = if c.key == HOSTNAME {
-                matching_pods(c, pod, node)
-            } else {
-                s.counts.get(&(c.key.clone(), node.labels[&c.key].clone())).copied().unwrap_or(0)
-            };
+            let Some(v) = node.labels.get(&c.key) else { continue };
+            let count = if c.key == HOSTNAME { matching_pods(c, pod, node) } else { s.counts.get(&c.key, v) };
             score += count as f64 * weight + (c.max_skew - 1) as f64;
         }
         score.round() as i64
@@ -307,6 +387,10 @@ mod tests {
         p
     }
 
+    fn plugin() -> PodTopologySpread {
+        PodTopologySpread::new(Args::default()).unwrap()
+    }
+
     #[test]
     fn skew_is_bounded() {
         let mut cache = Cache::new();
@@ -316,11 +400,47 @@ mod tests {
         cache.add_or_update_pod(Arc::new(PodInfo::new(Arc::new(bound(spread_pod("p1"), "a1")))));
         let incoming = PodInfo::new(Arc::new(spread_pod("p2")));
         let mut state = CycleState::default();
-        PodTopologySpread.pre_filter(&mut state, &incoming, &cache).unwrap();
-        let err = PodTopologySpread.filter(&state, &incoming, cache.node("a1").unwrap()).unwrap_err();
+        plugin().pre_filter(&mut state, &incoming, &cache).unwrap();
+        let err = plugin().filter(&state, &incoming, cache.node("a1").unwrap()).unwrap_err();
         assert_eq!(err.reasons, vec![REASON.to_string()]);
-        assert!(PodTopologySpread.filter(&state, &incoming, cache.node("b1").unwrap()).is_ok());
-        let err = PodTopologySpread.filter(&state, &incoming, cache.node("nolabel").unwrap()).unwrap_err();
+        assert!(plugin().filter(&state, &incoming, cache.node("b1").unwrap()).is_ok());
+        let err = plugin().filter(&state, &incoming, cache.node("nolabel").unwrap()).unwrap_err();
         assert_eq!(err.reasons, vec![MISSING_LABEL_REASON.to_string()]);
+    }
+
+    #[test]
+    fn system_defaults_spread_a_replicasets_pods_over_hosts() {
+        let mut cache = Cache::new();
+        for n in ["n1", "n2"] {
+            cache.add_or_update_node(Arc::new(labeled(node(n, "4", "8Gi"), HOSTNAME, n)));
+        }
+        cache.controllers.insert(
+            "rs-uid".into(),
+            Selector::from_label_selector(Some(
+                &serde_json::from_value(serde_json::json!({"matchLabels": {"app": "web"}})).unwrap(),
+            )),
+        );
+        let owned = |name: &str| {
+            let mut p = pod(name, "0", "0");
+            p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+            p.metadata.owner_references = Some(vec![serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-uid", "controller": true
+            })).unwrap()]);
+            p
+        };
+        cache.add_or_update_pod(Arc::new(PodInfo::new(Arc::new(bound(owned("a"), "n1")))));
+        let incoming = PodInfo::new(Arc::new(owned("b")));
+        let plugin = plugin();
+        let mut state = CycleState::default();
+        let nodes: Vec<&NodeInfo> = cache.nodes().collect();
+        plugin.pre_score(&mut state, &incoming, &cache, &nodes);
+        let mut scores: Vec<i64> = nodes.iter().map(|n| plugin.score(&state, &incoming, n)).collect();
+        plugin.normalize(&state, &incoming, &mut scores);
+        let by_name: std::collections::HashMap<&str, i64> =
+            nodes.iter().map(|n| n.name.as_str()).zip(scores).collect();
+        assert!(by_name["n2"] > by_name["n1"], "{by_name:?}");
+        // A pod nothing selects gets no default constraints.
+        let loner = PodInfo::new(Arc::new(pod("c", "0", "0")));
+        assert!(plugin.constraints(&loner, false, &cache).is_empty());
     }
 }
