@@ -41,11 +41,12 @@ cleanup() {
   trap - EXIT INT TERM
   echo
   echo "local-up-cluster: stopping ${#PIDS[@]} component(s)"
-  for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
+  # Last started first: clients stop while the API server can still take their last
+  # writes (the scheduler hands back its leader Lease), the API server before etcd.
+  local i
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${PIDS[i]}" 2>/dev/null || true
+    wait "${PIDS[i]}" 2>/dev/null || true
   done
 }
 trap cleanup EXIT
@@ -57,6 +58,26 @@ echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
 cargo build --release --locked -p etcd -p apiserver -p scheduler
 
 mkdir -p "$LOCAL_UP_DIR/logs"
+
+# wait_up NAME URL [CURL_ARGS...]: waits (30 s at most) until URL answers 2xx, failing
+# with NAME's log tail if the component (the last one started) exits first.
+wait_up() {
+  local name=$1 url=$2
+  shift 2
+  local pid=${PIDS[-1]}
+  for _ in $(seq 1 300); do
+    if curl -fsS "$@" "$url" >/dev/null 2>&1; then
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "local-up-cluster: $name exited; see $LOCAL_UP_DIR/logs/$name.log" >&2
+      tail -20 "$LOCAL_UP_DIR/logs/$name.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  curl -fsS "$@" "$url" >/dev/null
+}
 
 ETCD_CLIENT_URL="http://${ETCD_HOST}:${ETCD_PORT}"
 ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
@@ -71,19 +92,7 @@ ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
   --listen-metrics-urls "http://${ETCD_HOST}:${ETCD_METRICS_PORT}" \
   >"$LOCAL_UP_DIR/logs/etcd.log" 2>&1 &
 PIDS+=($!)
-
-for _ in $(seq 1 300); do
-  if curl -fsS "$ETCD_CLIENT_URL/health" >/dev/null 2>&1; then
-    break
-  fi
-  if ! kill -0 "${PIDS[0]}" 2>/dev/null; then
-    echo "local-up-cluster: etcd exited; see $LOCAL_UP_DIR/logs/etcd.log" >&2
-    tail -20 "$LOCAL_UP_DIR/logs/etcd.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-curl -fsS "$ETCD_CLIENT_URL/health" >/dev/null
+wait_up etcd "$ETCD_CLIENT_URL/health"
 
 # kube-apiserver with a static admin token (system:masters), as upstream's script does
 # for its admin user.
@@ -102,18 +111,7 @@ ADMIN_TOKEN="$(cut -d, -f1 "$LOCAL_UP_DIR/tokens.csv")"
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
 API_URL="https://${API_HOST}:${API_SECURE_PORT}"
-for _ in $(seq 1 300); do
-  if curl -fsS --cacert "$LOCAL_UP_DIR/certs/apiserver.crt" "$API_URL/readyz" >/dev/null 2>&1; then
-    break
-  fi
-  if ! kill -0 "${PIDS[1]}" 2>/dev/null; then
-    echo "local-up-cluster: kube-apiserver exited; see $LOCAL_UP_DIR/logs/kube-apiserver.log" >&2
-    tail -20 "$LOCAL_UP_DIR/logs/kube-apiserver.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-curl -fsS --cacert "$LOCAL_UP_DIR/certs/apiserver.crt" "$API_URL/readyz" >/dev/null
+wait_up kube-apiserver "$API_URL/readyz" --cacert "$LOCAL_UP_DIR/certs/apiserver.crt"
 cat >"$LOCAL_UP_DIR/admin.kubeconfig" <<KUBECONFIG
 apiVersion: v1
 kind: Config
@@ -143,17 +141,8 @@ KUBECONFIG
   --cert-dir="$LOCAL_UP_DIR/certs" \
   >"$LOCAL_UP_DIR/logs/kube-scheduler.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 300); do
-  if curl -fsSk "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healthz" >/dev/null 2>&1; then
-    break
-  fi
-  if ! kill -0 "${PIDS[2]}" 2>/dev/null; then
-    echo "local-up-cluster: kube-scheduler exited; see $LOCAL_UP_DIR/logs/kube-scheduler.log" >&2
-    tail -20 "$LOCAL_UP_DIR/logs/kube-scheduler.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
+# Its serving certificate is self-signed in --cert-dir, with no CA of its own to trust.
+wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healthz" --insecure
 
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
