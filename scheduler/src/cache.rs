@@ -274,6 +274,11 @@ impl Cache {
         self.nominated.entry(node.to_owned()).or_default().push(pod);
     }
 
+    /// The node `uid` is nominated to, as this scheduler last decided or saw.
+    pub fn nominated_node(&self, uid: &str) -> Option<&str> {
+        self.nominated_node_of.get(uid).map(String::as_str)
+    }
+
     pub fn clear_nomination(&mut self, uid: &str) {
         let Some(node) = self.nominated_node_of.remove(uid) else { return };
         if let Some(list) = self.nominated.get_mut(&node) {

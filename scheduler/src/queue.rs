@@ -44,8 +44,6 @@ struct Entry {
     last_failure: Option<Instant>,
     /// Plugins that rejected the pod in its last attempt.
     rejected_by: HashSet<&'static str>,
-    /// `moves` when the pod was popped.
-    popped_at: u64,
 }
 
 /// A pod handed to a scheduling cycle.
@@ -73,8 +71,9 @@ struct Inner {
     /// Keys of the entries in the unschedulable pool, so events need not scan every entry.
     unschedulable: HashSet<String>,
     seq: u64,
-    /// Count of move events so far.
-    moves: u64,
+    /// The events seen since the last `pop`: the window in which the pod now in its
+    /// scheduling cycle could have missed the event that helps it.
+    events_since_pop: u32,
     closed: bool,
 }
 
@@ -162,7 +161,6 @@ impl SchedulingQueue {
                     first_seen: Instant::now(),
                     last_failure: None,
                     rejected_by: HashSet::new(),
-                    popped_at: 0,
                 },
             );
             if admitted {
@@ -230,11 +228,10 @@ impl SchedulingQueue {
                     return None;
                 }
                 if let Some(first) = q.active.pop_first() {
-                    let moves = q.moves;
+                    q.events_since_pop = 0;
                     let e = q.entries.get_mut(&first.2).expect("active entries exist");
                     e.place = Place::InFlight;
                     e.attempts += 1;
-                    e.popped_at = moves;
                     return Some(QueuedPod {
                         pod: e.pod.clone(),
                         attempts: e.attempts,
@@ -251,17 +248,23 @@ impl SchedulingQueue {
         self.notify.notify_waiters();
     }
 
-    /// The attempt failed because no node fits (`rejected_by` the named plugins).
+    /// The attempt of the pod popped last failed because no node fits (`rejected_by` the
+    /// named plugins). If an event that may help it arrived during the attempt, it goes
+    /// to backoff rather than waiting for another such event.
     pub fn add_unschedulable(&self, key: &str, rejected_by: HashSet<&'static str>) {
         let mut q = self.inner.lock();
-        let moves = q.moves;
+        let missed = q.events_since_pop;
         let Some(e) = q.entries.get_mut(key) else { return };
         if e.place != Place::InFlight {
             return;
         }
         e.last_failure = Some(Instant::now());
+        let interested = self
+            .profiles
+            .get(&e.pod.scheduler_name)
+            .map_or(crate::framework::events::ALL, |p| p.events_for(&rejected_by));
         e.rejected_by = rejected_by;
-        if moves > e.popped_at {
+        if missed & interested != 0 {
             let until = self.backoff_until(e);
             q.make_backoff(key, until);
         } else {
@@ -287,7 +290,7 @@ impl SchedulingQueue {
     /// Moves unschedulable pods that `event` (a set of `framework::events`) may help.
     pub fn move_for_event(&self, event: u32) {
         let mut q = self.inner.lock();
-        q.moves += 1;
+        q.events_since_pop |= event;
         let now = Instant::now();
         let mut to_move = Vec::new();
         for key in &q.unschedulable {
@@ -410,5 +413,28 @@ mod tests {
         q.move_for_event(events::NODE_ADD);
         q.add_unschedulable(&popped.pod.key, HashSet::new());
         assert_eq!(q.pending().backoff, 1);
+    }
+
+    #[tokio::test]
+    async fn only_events_the_rejecting_plugin_cares_about_move_a_pod() {
+        use crate::plugins::node_resources_fit::{Args, NAME, NodeResourcesFit};
+        let mut profile = Profile { name: "default-scheduler".into(), ..Profile::default() };
+        profile.all.insert(NAME, Arc::new(NodeResourcesFit::new(Args::default()).unwrap()));
+        let q = SchedulingQueue::new(
+            Arc::new(HashMap::from([("default-scheduler".to_string(), profile)])),
+            Duration::from_millis(1),
+            Duration::from_millis(10),
+        );
+        q.add_or_update(info("p", 0));
+        let popped = q.pop().await.unwrap();
+        // A label change during the attempt cannot help a pod short of cpu.
+        q.move_for_event(events::NODE_LABEL);
+        q.add_unschedulable(&popped.pod.key, HashSet::from([NAME]));
+        assert_eq!(q.pending().unschedulable, 1);
+        q.move_for_event(events::NODE_TAINT);
+        assert_eq!(q.pending().unschedulable, 1);
+        std::thread::sleep(Duration::from_millis(5));
+        q.move_for_event(events::ASSIGNED_POD_DELETE);
+        assert_eq!(q.pending().active, 1);
     }
 }

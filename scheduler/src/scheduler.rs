@@ -234,8 +234,9 @@ impl Scheduler {
             );
         }
         // A pod nominated by an earlier preemption tries that node first.
-        if !pod.nominated_node_name.is_empty()
-            && let Some(node) = cache.node(&pod.nominated_node_name)
+        let nominated = cache.nominated_node(&pod.uid).unwrap_or(&pod.nominated_node_name);
+        if !nominated.is_empty()
+            && let Some(node) = cache.node(nominated)
             && profile.run_filter_with_nominated(&state, pod, node, cache).is_ok()
         {
             return Decision::Placed { node: node.name.clone(), state };

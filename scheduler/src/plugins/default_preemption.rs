@@ -213,8 +213,10 @@ impl PostFilter for DefaultPreemption {
                 ..Default::default()
             };
         }
-        if !pod.nominated_node_name.is_empty()
-            && let Some(n) = snapshot.node(&pod.nominated_node_name)
+        // The cache knows a nomination made moments ago, before the pod's status shows it.
+        let nominated = snapshot.nominated_node(&pod.uid).unwrap_or(&pod.nominated_node_name);
+        if !nominated.is_empty()
+            && let Some(n) = snapshot.node(nominated)
             && n.pods.iter().any(|p| p.terminating && p.priority < pod.priority)
         {
             return PostFilterResult {
