@@ -55,7 +55,8 @@ trap 'exit 143' TERM
 
 hack/install-deps.sh
 echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
-cargo build --release --locked -p etcd -p apiserver -p scheduler
+# The same build as hack/test.sh (whole workspace), so the two share every artifact.
+cargo build --release --locked --workspace --bins
 
 mkdir -p "$LOCAL_UP_DIR/logs"
 

@@ -91,30 +91,34 @@ pub fn default_identity() -> String {
 
 /// Campaigns for the Lease until it is held, then runs `lead` while renewing it.
 ///
-/// Returns `Ok` when `shutdown` fires or `lead` finishes (releasing the Lease so that a
-/// successor need not wait out the lease duration), and [`Error::Lost`] when a renew did
-/// not succeed within the deadline; `lead` is dropped then, as upstream's
-/// `OnStoppedLeading` ends the process. `leading` reports whether this replica leads.
-pub async fn run<F>(
+/// `lead` must itself stop when `shutdown` fires. Returns `Ok(Some(output))` when `lead`
+/// finishes (the Lease is then released, so a successor need not wait out the lease
+/// duration), `Ok(None)` when `shutdown` fired before this replica led, and
+/// [`Error::Lost`] when no renew succeeded within the renew deadline; `lead` is dropped
+/// then, and the caller must exit, as upstream's `OnStoppedLeading` does. Every attempt
+/// is bounded by what is left of the renew deadline, so a hung API call cannot keep a
+/// replica leading after its Lease may have passed to another. `leading` reports
+/// whether this replica leads.
+pub async fn run<F, R>(
     client: kube::Client,
     config: Config,
     shutdown: Shutdown,
     leading: watch::Sender<bool>,
     lead: F,
-) -> Result<(), Error>
+) -> Result<Option<R>, Error>
 where
-    F: Future<Output = ()> + Send,
+    F: Future<Output = R> + Send,
 {
     config.validate()?;
     let mut elector = Elector { api: Api::namespaced(client, &config.namespace), config, observed: None };
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
     loop {
-        if elector.try_acquire_or_renew().await {
+        if elector.try_acquire_or_renew(elector.config.renew_deadline).await {
             break;
         }
         tokio::select! {
-            () = &mut stopped => return Ok(()),
+            () = &mut stopped => return Ok(None),
             () = tokio::time::sleep(jittered(elector.config.retry_period)) => {}
         }
     }
@@ -124,10 +128,10 @@ where
     let mut last_renew = Instant::now();
     let result = loop {
         tokio::select! {
-            () = &mut stopped => break Ok(()),
-            () = &mut lead => break Ok(()),
+            output = &mut lead => break Ok(Some(output)),
             () = tokio::time::sleep(elector.config.retry_period) => {
-                if elector.try_acquire_or_renew().await {
+                let left = elector.config.renew_deadline.saturating_sub(last_renew.elapsed());
+                if elector.try_acquire_or_renew(left).await {
                     last_renew = Instant::now();
                 } else if last_renew.elapsed() >= elector.config.renew_deadline {
                     break Err(Error::Lost {
@@ -163,13 +167,18 @@ impl Elector {
         format!("{}/{}", self.config.namespace, self.config.name)
     }
 
-    /// One attempt; `true` if this replica holds the Lease afterwards. Errors (API server
-    /// unreachable, conflicts with a racing candidate) count as "not held" and are logged.
-    async fn try_acquire_or_renew(&mut self) -> bool {
-        match self.attempt().await {
-            Ok(held) => held,
-            Err(err) => {
+    /// One attempt, given at most `limit`; `true` if this replica holds the Lease
+    /// afterwards. Errors (API server unreachable, conflicts with a racing candidate,
+    /// running out of time) count as "not held" and are logged.
+    async fn try_acquire_or_renew(&mut self, limit: Duration) -> bool {
+        match tokio::time::timeout(limit, self.attempt()).await {
+            Ok(Ok(held)) => held,
+            Ok(Err(err)) => {
                 tracing::warn!(lease = %self.lease_key(), %err, "error acquiring or renewing lease");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.lease_key(), ?limit, "acquiring or renewing lease timed out");
                 false
             }
         }
@@ -232,7 +241,11 @@ impl Elector {
 
     /// Hands the Lease back (empty holder, 1 s duration) so a successor takes over at once.
     async fn release(&mut self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else { return };
+        let limit = self.config.retry_period.max(Duration::from_secs(1));
+        let Ok(Ok(Some(mut lease))) = tokio::time::timeout(limit, self.api.get_opt(&self.config.name)).await
+        else {
+            return;
+        };
         let Some(spec) = lease.spec.as_mut() else { return };
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
             return;
@@ -240,8 +253,12 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-        if let Err(err) = self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
-            tracing::warn!(lease = %self.lease_key(), %err, "releasing lease");
+        match tokio::time::timeout(limit, self.api.replace(&self.config.name, &PostParams::default(), &lease))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(lease = %self.lease_key(), %err, "releasing lease"),
+            Err(_) => tracing::warn!(lease = %self.lease_key(), "releasing lease timed out"),
         }
     }
 }

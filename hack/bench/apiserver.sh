@@ -27,7 +27,7 @@ HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked -p etcd -p apiserver -p hack 2>&1 | grep -E '^(warning|error)' || true
+cargo build --release --locked --workspace --bins 2>&1 | grep -E '^(warning|error)' || true
 B="$CARGO_TARGET_DIR/release"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

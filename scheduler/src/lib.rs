@@ -46,6 +46,10 @@ pub enum Error {
     LeaderElection(#[from] leaderelection::Error),
     #[error("serving: {0}")]
     Serve(String),
+    /// The scheduling loop ended (a plugin panicked): the process must exit so that a
+    /// standby replica takes over instead of this one holding the Lease idle.
+    #[error("the scheduling loop stopped unexpectedly")]
+    SchedulingStopped,
 }
 
 /// Runs the scheduler until `shutdown` fires (or leadership is lost, an error: the
@@ -71,8 +75,7 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
     let main =
         run_scheduler(client.clone(), opts.clone(), profiles, metrics.clone(), synced_tx, shutdown.clone());
     if !le.leader_elect {
-        main.await;
-        return Ok(());
+        return main.await;
     }
     let mut cfg = leaderelection::Config::new(&le.resource_namespace, &le.resource_name);
     cfg.lease_duration = le.lease_duration;
@@ -87,8 +90,7 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
             metrics.leader.get_or_create(&labels).set(v);
         }
     });
-    leaderelection::run(client, cfg, shutdown, leading_tx, main).await?;
-    Ok(())
+    leaderelection::run(client, cfg, shutdown, leading_tx, main).await?.unwrap_or(Ok(()))
 }
 
 async fn run_scheduler(
@@ -98,7 +100,7 @@ async fn run_scheduler(
     metrics: Arc<metrics::Metrics>,
     synced_tx: tokio::sync::watch::Sender<Option<Arc<informers::Synced>>>,
     shutdown: Shutdown,
-) {
+) -> Result<(), Error> {
     let cfg = &opts.config;
     let cache = Arc::new(Mutex::new(cache::Cache::new()));
     let queue =
@@ -109,7 +111,7 @@ async fn run_scheduler(
     synced_tx.send_replace(Some(synced.clone()));
     tokio::select! {
         () = synced.wait() => {}
-        () = shutdown.wait() => return,
+        () = shutdown.wait() => return Ok(()),
     }
     tracing::info!("caches synced; scheduling");
     let identity = format!("default-scheduler-{}", leaderelection::default_identity());
@@ -139,11 +141,22 @@ async fn run_scheduler(
     // thread it never blocks one of the runtime's workers, which the informers and
     // binding tasks need.
     let handle = tokio::runtime::Handle::current();
-    let worker = std::thread::Builder::new()
+    let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
         .name("scheduling-cycle".into())
-        .spawn(move || handle.block_on(sched.run()))
-        .expect("spawning the scheduling thread");
-    shutdown.wait().await;
-    queue.close();
-    let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        .spawn(move || {
+            handle.block_on(sched.run());
+            // Dropped unsent when the loop panics: the receiver sees that too.
+            let _ = ended_tx.send(());
+        })
+        .map_err(|e| Error::Serve(format!("spawning the scheduling thread: {e}")))?;
+    tokio::select! {
+        () = shutdown.wait() => {
+            queue.close();
+            // The cycle in progress finishes before the Lease may be released.
+            let _ = ended.await;
+            Ok(())
+        }
+        _ = &mut ended => Err(Error::SchedulingStopped),
+    }
 }

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::framework::PodInfo;
+use crate::framework::events::ALL as ALL_EVENTS;
 use crate::framework::runtime::Profile;
 
 /// How long a pod may sit in the unschedulable pool without any helpful event.
@@ -74,6 +75,8 @@ struct Inner {
     /// The events seen since the last `pop`: the window in which the pod now in its
     /// scheduling cycle could have missed the event that helps it.
     events_since_pop: u32,
+    /// The pod popped last, whose scheduling cycle `events_since_pop` is about.
+    last_popped: String,
     closed: bool,
 }
 
@@ -181,6 +184,9 @@ impl SchedulingQueue {
         e.pod = pod;
         match place {
             Place::Active if priority_changed => q.make_active(&key),
+            // Changed while being tried: if this attempt fails, the change may be what
+            // makes it fit, so it must not wait in the unschedulable pool.
+            Place::InFlight if changed_spec && q.last_popped == key => q.events_since_pop = ALL_EVENTS,
             Place::Gated if admitted => {
                 q.make_active(&key);
                 drop(q);
@@ -229,6 +235,7 @@ impl SchedulingQueue {
                 }
                 if let Some(first) = q.active.pop_first() {
                     q.events_since_pop = 0;
+                    q.last_popped = first.2.clone();
                     let e = q.entries.get_mut(&first.2).expect("active entries exist");
                     e.place = Place::InFlight;
                     e.attempts += 1;
@@ -259,10 +266,8 @@ impl SchedulingQueue {
             return;
         }
         e.last_failure = Some(Instant::now());
-        let interested = self
-            .profiles
-            .get(&e.pod.scheduler_name)
-            .map_or(crate::framework::events::ALL, |p| p.events_for(&rejected_by));
+        let interested =
+            self.profiles.get(&e.pod.scheduler_name).map_or(ALL_EVENTS, |p| p.events_for(&rejected_by));
         e.rejected_by = rejected_by;
         if missed & interested != 0 {
             let until = self.backoff_until(e);
@@ -299,7 +304,7 @@ impl SchedulingQueue {
                 let interested = self
                     .profiles
                     .get(&e.pod.scheduler_name)
-                    .map_or(crate::framework::events::ALL, |p| p.events_for(&e.rejected_by));
+                    .map_or(ALL_EVENTS, |p| p.events_for(&e.rejected_by));
                 if interested & event != 0 {
                     to_move.push((key.clone(), self.backoff_until(e)));
                 }

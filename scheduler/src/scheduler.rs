@@ -197,9 +197,7 @@ impl Scheduler {
             }
             Decision::Failed(message) => {
                 drop(cache);
-                self.metrics.attempt(&profile.name, metrics::Result::Error, start.elapsed().as_secs_f64());
-                self.recorder.pod_event(&pod, "Warning", "FailedScheduling", "Scheduling", message.clone());
-                self.queue.add_backoff(&pod.key);
+                self.error(profile, &pod, &message, start);
             }
         }
     }
@@ -207,15 +205,7 @@ impl Scheduler {
     fn decide(&self, profile: &Profile, cache: &Cache, pod: &PodInfo) -> Decision {
         let all = cache.node_count();
         if all == 0 {
-            return Decision::Unfit(
-                FitError {
-                    num_all_nodes: 0,
-                    rejections: HashMap::new(),
-                    pre_filter_message: None,
-                    post_filter_message: String::new(),
-                },
-                CycleState::default(),
-            );
+            return Decision::Failed("no nodes available to schedule pods".into());
         }
         let mut state = CycleState::default();
         if let Err(r) = profile.run_pre_filter(&mut state, pod, cache) {
@@ -398,23 +388,15 @@ impl Scheduler {
                     profile.run_unreserve(&mut state, pod, &node);
                     cache.forget(&pod.uid);
                 }
-                self.metrics.attempt(&profile.name, metrics::Result::Error, start.elapsed().as_secs_f64());
-                self.recorder.pod_event(
-                    pod,
-                    "Warning",
-                    "FailedScheduling",
-                    "Scheduling",
-                    format!("Binding rejected: {}", r.reasons.join(", ")),
-                );
-                self.queue.add_backoff(&pod.key);
+                self.error(profile, pod, &format!("binding rejected: {}", r.reasons.join(", ")), start);
                 // The space the pod held is free again.
                 self.queue.move_for_event(events::ASSIGNED_POD_DELETE);
             }
         }
     }
 
-    /// Reports a failed attempt: event, the PodScheduled condition (and nomination) in the
-    /// pod's status, and back to the queue.
+    /// Reports an attempt no node could take: event, the PodScheduled condition (and
+    /// nomination) in the pod's status, and back to the queue.
     fn fail(
         &self,
         profile: &Profile,
@@ -429,6 +411,21 @@ impl Scheduler {
         tracing::debug!(pod = %pod.key, %message, "unschedulable");
         self.recorder.pod_event(pod, "Warning", "FailedScheduling", "Scheduling", message.to_owned());
         self.queue.add_unschedulable(&pod.key, plugins);
+        self.set_unscheduled(pod, "Unschedulable", message, nominated);
+    }
+
+    /// Reports an attempt that failed on an error (API, plugin): event, condition
+    /// `SchedulerError`, retry after backoff.
+    fn error(&self, profile: &Profile, pod: &PodInfo, message: &str, start: Instant) {
+        self.metrics.attempt(&profile.name, metrics::Result::Error, start.elapsed().as_secs_f64());
+        self.recorder.pod_event(pod, "Warning", "FailedScheduling", "Scheduling", message.to_owned());
+        self.queue.add_backoff(&pod.key);
+        self.set_unscheduled(pod, "SchedulerError", message, None);
+    }
+
+    /// Sets PodScheduled=False with `reason` (and the nomination) unless the pod already
+    /// shows exactly that.
+    fn set_unscheduled(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<String>) {
         let current = pod
             .pod
             .status
@@ -436,8 +433,7 @@ impl Scheduler {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
             .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-        let unchanged = current
-            == Some(("False".into(), Some("Unschedulable".into()), Some(message.to_owned())))
+        let unchanged = current == Some(("False".into(), Some(reason.to_owned()), Some(message.to_owned())))
             && nominated.as_ref().is_none_or(|n| *n == pod.nominated_node_name);
         if unchanged {
             return;
@@ -446,7 +442,7 @@ impl Scheduler {
             "conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastProbeTime": null,
                 "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
@@ -471,6 +467,7 @@ impl Scheduler {
         let client = self.client.clone();
         let recorder = self.recorder.clone();
         let message = format!("Preempted by pod {} on node {node}", preemptor.uid);
+        let scheduler_name = preemptor.scheduler_name.clone();
         tokio::spawn(async move {
             for v in victims {
                 let api: Api<Pod> = Api::namespaced(client.clone(), &v.namespace);
@@ -478,7 +475,7 @@ impl Scheduler {
                     "type": "DisruptionTarget",
                     "status": "True",
                     "reason": "PreemptionByScheduler",
-                    "message": format!("{}: preempting to accommodate a higher priority pod", "default-scheduler"),
+                    "message": format!("{scheduler_name}: preempting to accommodate a higher priority pod"),
                     "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
                 }]}});
                 let _ =

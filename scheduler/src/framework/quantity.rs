@@ -1,43 +1,71 @@
 //! Resource quantities (`100m`, `1.5Gi`, `2e3`) as the scheduler counts them: CPU in
 //! millicores, everything else in whole units, both rounded up as upstream's
-//! `MilliValue()`/`Value()` do, so a request is never under-counted.
+//! `MilliValue()`/`Value()` do, so a request is never under-counted. The arithmetic is
+//! exact (integers with a decimal scale): floating point would turn `700m` into 701.
 
 /// A quantity's value in thousandths of a unit (rounded up), or `None` when it does not
 /// parse. Values beyond `i64` saturate.
 pub fn parse_milli(s: &str) -> Option<i64> {
     let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
     let split =
         s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
-    let value: f64 = num.parse().ok()?;
-    let multiplier: f64 = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0f64.powi(2),
-        "Gi" => 1024.0f64.powi(3),
-        "Ti" => 1024.0f64.powi(4),
-        "Pi" => 1024.0f64.powi(5),
-        "Ei" => 1024.0f64.powi(6),
-        exp if exp.starts_with(['e', 'E']) => 10f64.powi(exp[1..].parse::<i32>().ok()?),
-        _ => return None,
+    let (negative, num) = match num.as_bytes().first() {
+        Some(b'-') => (true, &num[1..]),
+        Some(b'+') => (false, &num[1..]),
+        _ => (false, num),
     };
-    let milli = (value * multiplier * 1000.0).ceil();
-    if !milli.is_finite() {
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if (int.is_empty() && frac.is_empty()) || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(milli.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+    // The digits as an integer `mantissa` × 10^`exp10`.
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 30 {
+        return Some(if negative { i64::MIN } else { i64::MAX });
+    }
+    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
+    let mut exp10 = -(frac.len() as i32);
+    let mut binary: u32 = 0;
+    match suffix {
+        "" => {}
+        "n" => exp10 -= 9,
+        "u" => exp10 -= 6,
+        "m" => exp10 -= 3,
+        "k" => exp10 += 3,
+        "M" => exp10 += 6,
+        "G" => exp10 += 9,
+        "T" => exp10 += 12,
+        "P" => exp10 += 15,
+        "E" => exp10 += 18,
+        "Ki" => binary = 10,
+        "Mi" => binary = 20,
+        "Gi" => binary = 30,
+        "Ti" => binary = 40,
+        "Pi" => binary = 50,
+        "Ei" => binary = 60,
+        e if e.starts_with(['e', 'E']) => exp10 += e[1..].parse::<i32>().ok()?,
+        _ => return None,
+    }
+    // Millis: one more factor of 1000.
+    exp10 += 3;
+    let saturated = if negative { i64::MIN } else { i64::MAX };
+    let mut value = mantissa.checked_mul(1i128 << binary)?;
+    if exp10 >= 0 {
+        for _ in 0..exp10 {
+            match value.checked_mul(10) {
+                Some(v) if v <= i64::MAX as i128 => value = v,
+                _ => return Some(saturated),
+            }
+        }
+    } else {
+        let divisor = 10i128.checked_pow(exp10.unsigned_abs()).unwrap_or(i128::MAX);
+        // Round up (away from zero for the magnitude, as upstream rounds requests up).
+        value = value / divisor + i128::from(value % divisor != 0);
+    }
+    let value = i64::try_from(value).unwrap_or(i64::MAX);
+    Some(if negative { -value } else { value })
 }
 
 /// A quantity in whole units, rounded up.
@@ -50,15 +78,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_upstream_forms() {
+    fn parses_upstream_forms_exactly() {
         assert_eq!(parse_milli("100m"), Some(100));
+        assert_eq!(parse_milli("700m"), Some(700));
+        assert_eq!(parse_milli("3800m"), Some(3800));
+        assert_eq!(parse_milli("0.7"), Some(700));
         assert_eq!(parse_milli("1"), Some(1000));
         assert_eq!(parse_milli("1.5"), Some(1500));
+        assert_eq!(parse_milli("1500u"), Some(2));
         assert_eq!(parse_value("128Mi"), Some(128 << 20));
+        assert_eq!(parse_value("1.5Gi"), Some(3 << 29));
         assert_eq!(parse_value("1G"), Some(1_000_000_000));
         assert_eq!(parse_value("2e3"), Some(2000));
         assert_eq!(parse_value("1m"), Some(1));
+        assert_eq!(parse_value("9999999999999999999999"), Some(i64::MAX / 1000 + 1));
         assert_eq!(parse_milli("abc"), None);
         assert_eq!(parse_milli("1Qi"), None);
+        assert_eq!(parse_milli(""), None);
+        for n in 0..5000 {
+            assert_eq!(parse_milli(&format!("{n}m")), Some(n));
+        }
     }
 }

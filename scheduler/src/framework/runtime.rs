@@ -208,7 +208,10 @@ impl Profile {
     pub async fn run_bind(&self, pod: &PodInfo, node: &str) -> Status {
         for p in &self.bind {
             if let Some(b) = p.as_bind() {
-                return b.bind(pod, node).await.map_err(|r| r.by(p.name()));
+                return b.bind(pod, node).await.map_err(|mut r| {
+                    r.reasons = vec![format!("running Bind plugin {:?}: {}", p.name(), r.reasons.join(", "))];
+                    r.by(p.name())
+                });
             }
         }
         Err(Rejection::error("no bind plugin is enabled"))

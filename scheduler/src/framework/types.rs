@@ -325,7 +325,13 @@ impl PodInfo {
                 &pod_anti_affinity.preferred_during_scheduling_ignored_during_execution,
             ),
             scheduling_gates: spec.scheduling_gates.iter().flatten().map(|g| g.name.clone()).collect(),
-            images: spec.containers.iter().filter_map(|c| c.image.clone()).collect(),
+            images: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .filter_map(|c| c.image.clone())
+                .collect(),
             start_time,
             namespace,
             name,

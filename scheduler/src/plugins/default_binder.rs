@@ -56,7 +56,7 @@ impl Bind for DefaultBinder {
             )
             .await
             .map(|_| ())
-            .map_err(|e| Rejection::error(format!("binding rejected: {e}")))
+            .map_err(|e| Rejection::error(e.to_string()))
         })
     }
 }

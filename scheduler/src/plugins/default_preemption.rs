@@ -187,6 +187,16 @@ fn pick(candidates: Vec<Candidate>) -> Option<Candidate> {
     })
 }
 
+/// Whether the pod carries the DisruptionTarget condition a scheduler's preemption sets.
+fn preempted_by_scheduler(p: &PodInfo) -> bool {
+    let conditions = p.pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    conditions.iter().any(|c| {
+        c.type_ == "DisruptionTarget"
+            && c.status == "True"
+            && c.reason.as_deref() == Some("PreemptionByScheduler")
+    })
+}
+
 impl Plugin for DefaultPreemption {
     fn name(&self) -> &'static str {
         NAME
@@ -217,7 +227,7 @@ impl PostFilter for DefaultPreemption {
         let nominated = snapshot.nominated_node(&pod.uid).unwrap_or(&pod.nominated_node_name);
         if !nominated.is_empty()
             && let Some(n) = snapshot.node(nominated)
-            && n.pods.iter().any(|p| p.terminating && p.priority < pod.priority)
+            && n.pods.iter().any(|p| p.terminating && p.priority < pod.priority && preempted_by_scheduler(p))
         {
             return PostFilterResult {
                 message: "not eligible due to a terminating pod on the nominated node.".into(),
@@ -247,10 +257,17 @@ impl PostFilter for DefaultPreemption {
         for i in 0..potential.len() {
             let node = potential[(offset + i) % potential.len()];
             match self.select_victims(profile, state, pod, node, snapshot) {
+                // Room without evicting anyone means Filter and preemption disagree.
+                Ok(c) if c.victims.is_empty() => {
+                    let reason = format!("expected at least one victim pod on node {:?}", c.node);
+                    *reasons.entry(reason).or_default() += 1;
+                }
                 Ok(c) => {
-                    let free = c.victims.is_empty();
                     candidates.push(c);
-                    if free || candidates.len() >= wanted {
+                    // As upstream: enough candidates, and at least one that violates no
+                    // budget, if one exists among the nodes examined so far.
+                    let safe = candidates.iter().any(|c| c.pdb_violations == 0);
+                    if candidates.len() >= wanted && safe {
                         break;
                     }
                 }

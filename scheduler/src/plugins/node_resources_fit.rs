@@ -237,16 +237,32 @@ impl Filter for NodeResourcesFit {
 impl Score for NodeResourcesFit {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let (mut sum, mut weights) = (0, 0);
+        let ratio = matches!(self.strategy, Strategy::Ratio(_));
         for (name, weight) in &self.resources {
-            let (requested, allocatable) = Self::amounts(pod, node, name);
-            if allocatable == 0 && name != "cpu" && name != "memory" {
-                // Extended resources the node lacks do not count, as upstream.
+            // As upstream: resources the node does not have, and extended resources the
+            // pod does not ask for, do not count.
+            let extended = !matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage" | "pods");
+            if extended && pod.requests.get(name) == 0 {
                 continue;
             }
-            sum += self.resource_score(requested, allocatable) * weight;
+            let (requested, allocatable) = Self::amounts(pod, node, name);
+            if allocatable == 0 {
+                continue;
+            }
+            let score = self.resource_score(requested, allocatable);
+            // RequestedToCapacityRatio averages only the resources that scored.
+            if ratio && score == 0 {
+                continue;
+            }
+            sum += score * weight;
             weights += weight;
         }
-        if weights == 0 { 0 } else { sum / weights }
+        match weights {
+            0 => 0,
+            // Rounded for RequestedToCapacityRatio, truncated for the others, as upstream.
+            w if ratio => (sum as f64 / w as f64).round() as i64,
+            w => sum / w,
+        }
     }
 }
 

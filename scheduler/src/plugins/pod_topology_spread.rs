@@ -146,6 +146,10 @@ fn counts_node(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> bool {
 }
 
 fn matching_pods(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    // An empty selector counts nothing, as upstream's countPodsMatchSelector.
+    if c.selector.is_empty() {
+        return 0;
+    }
     node.pods
         .iter()
         .filter(|p| !p.terminating && p.namespace == pod.namespace && c.selector.matches(&p.labels))
