@@ -442,4 +442,16 @@ mod tests {
         q.move_for_event(events::ASSIGNED_POD_DELETE);
         assert_eq!(q.pending().active, 1);
     }
+
+    #[tokio::test]
+    async fn an_update_during_the_attempt_is_not_lost() {
+        let q = queue();
+        q.add_or_update(info("p", 0));
+        let popped = q.pop().await.unwrap();
+        let mut changed = (*popped.pod.pod).clone();
+        changed.spec.as_mut().unwrap().node_selector = Some([("disk".to_string(), "ssd".to_string())].into());
+        q.add_or_update(Arc::new(PodInfo::new(Arc::new(changed))));
+        q.add_unschedulable(&popped.pod.key, HashSet::new());
+        assert_eq!(q.pending().backoff, 1);
+    }
 }
