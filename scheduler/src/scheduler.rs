@@ -168,7 +168,18 @@ impl Scheduler {
                     profile.run_unreserve(&mut state, &pod, &node);
                     cache.forget(&pod.uid);
                     drop(cache);
-                    self.fail(profile, &queued, &r.reasons.join(", "), None, HashSet::new(), start);
+                    if r.code == Code::Error {
+                        self.error(profile, &pod, &r.reasons.join(", "), start);
+                    } else {
+                        // As upstream: a FitError over the one node that was chosen.
+                        let fit = FitError {
+                            num_all_nodes: 1,
+                            rejections: HashMap::from([(node.clone(), r)]),
+                            pre_filter_message: None,
+                            post_filter_message: String::new(),
+                        };
+                        self.fail(profile, &queued, &fit.message(), None, fit.rejecting_plugins(), start);
+                    }
                     return;
                 }
                 drop(cache);

@@ -203,8 +203,14 @@ impl Filter for InterPodAffinity {
 impl PreScore for InterPodAffinity {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Cache, _nodes: &[&NodeInfo]) {
         let incoming = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
-        let ns = &snapshot.namespaces;
         let mut s = ScoreState::default();
+        // The option skips scoring altogether for pods without preferred terms; a pod with
+        // some still sees existing pods' terms, as upstream.
+        if self.args.ignore_preferred_terms_of_existing_pods && !incoming {
+            state.write(NAME, s);
+            return;
+        }
+        let ns = &snapshot.namespaces;
         let mut add = |key: &str, node: &NodeInfo, weight: i64| {
             if let Some(v) = node.labels.get(key) {
                 s.topology.add(key, v, weight);
@@ -235,16 +241,14 @@ impl PreScore for InterPodAffinity {
                         }
                     }
                 }
-                if !self.args.ignore_preferred_terms_of_existing_pods {
-                    for t in &existing.preferred_affinity {
-                        if t.matches(pod, ns) {
-                            add(&t.topology_key, node, i64::from(t.weight));
-                        }
+                for t in &existing.preferred_affinity {
+                    if t.matches(pod, ns) {
+                        add(&t.topology_key, node, i64::from(t.weight));
                     }
-                    for t in &existing.preferred_anti_affinity {
-                        if t.matches(pod, ns) {
-                            add(&t.topology_key, node, -i64::from(t.weight));
-                        }
+                }
+                for t in &existing.preferred_anti_affinity {
+                    if t.matches(pod, ns) {
+                        add(&t.topology_key, node, -i64::from(t.weight));
                     }
                 }
             }
