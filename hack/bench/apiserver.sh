@@ -30,7 +30,7 @@ hack/install-deps.sh
 cargo build --release --locked --workspace --bins 2>&1 | grep -E '^(warning|error)' || true
 B="$CARGO_TARGET_DIR/release"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. hack/bench/lib.sh
 rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
 
 ETCD_PID="" API_PID=""
@@ -43,21 +43,9 @@ trap 'stop_all; rm -rf "$SCRATCH"' EXIT
 declare -A R
 run_one() {
   local name=$1 etcd_bin=$2
-  rm -rf "$SCRATCH" && mkdir -p "$SCRATCH/certs"
-  local cport pport aport
-  cport=$(free_port); pport=$(free_port); aport=$(free_port)
-  "$etcd_bin" --name bench --data-dir "$SCRATCH/etcd" --quota-backend-bytes=8589934592 \
-    --listen-client-urls "http://$HOST:$cport" --advertise-client-urls "http://$HOST:$cport" \
-    --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
-    --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
-  ETCD_PID=$!
-  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
-  echo "$TOKEN,bench,bench-uid,system:masters" >"$SCRATCH/tokens.csv"
-  "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$aport" \
-    --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
-    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 >"$SCRATCH/apiserver.log" 2>&1 &
-  API_PID=$!
-  for _ in $(seq 1 200); do curl -skf "https://$HOST:$aport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  rm -rf "$SCRATCH"
+  start_control_plane "$etcd_bin"
+  local aport=$API_PORT
   local bench=("$B/apiserver-bench" --server "https://$HOST:$aport" --token "$TOKEN" --ca "$SCRATCH/certs/apiserver.crt" --clients "$CLIENTS")
   R[$name,api_rss0]=$(rss_mib "$API_PID"); R[$name,etcd_rss0]=$(rss_mib "$ETCD_PID")
 

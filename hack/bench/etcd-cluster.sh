@@ -32,7 +32,7 @@ READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 PUT_PROBE="$CARGO_TARGET_DIR/release/etcd-put-probe"
 REAL=/usr/bin/etcd
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. hack/bench/lib.sh
 
 BIN=""
 PIDS=()

@@ -24,7 +24,7 @@ OURS="$CARGO_TARGET_DIR/release/etcd"
 READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 REAL=/usr/bin/etcd
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. hack/bench/lib.sh
 
 PID=""
 cleanup() {

@@ -34,7 +34,7 @@ cargo build --release --locked --workspace --bins 2>&1 | grep -E '^(warning|erro
 B="$CARGO_TARGET_DIR/release"
 TICK=$(getconf CLK_TCK)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. hack/bench/lib.sh
 sub() { awk -v a="$1" -v b="$2" 'BEGIN {print a - b}'; }
 cpu_s() { awk -v t="$TICK" '{printf "%.1f", ($14+$15)/t}' "/proc/$1/stat"; }
 
@@ -66,29 +66,11 @@ for le in sorted(buckets):
 
 run_one() {
   local variant=$1
-  rm -rf "$SCRATCH" && mkdir -p "$SCRATCH/certs"
-  local cport pport aport sport
-  cport=$(free_port); pport=$(free_port); aport=$(free_port); sport=$(free_port)
-  "$B/etcd" --name bench --data-dir "$SCRATCH/etcd" --quota-backend-bytes=8589934592 \
-    --listen-client-urls "http://$HOST:$cport" --advertise-client-urls "http://$HOST:$cport" \
-    --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
-    --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
-  local etcd_pid=$!; PIDS+=("$etcd_pid")
-  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
-  echo "$TOKEN,bench,bench-uid,system:masters" >"$SCRATCH/tokens.csv"
-  "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$aport" \
-    --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
-    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 >"$SCRATCH/apiserver.log" 2>&1 &
-  local api_pid=$!; PIDS+=("$api_pid")
-  for _ in $(seq 1 200); do curl -skf "https://$HOST:$aport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-  cat >"$SCRATCH/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: b, cluster: {server: "https://$HOST:$aport", certificate-authority: "$SCRATCH/certs/apiserver.crt"}}]
-users: [{name: b, user: {token: $TOKEN}}]
-contexts: [{name: b, context: {cluster: b, user: b}}]
-current-context: b
-KC
+  rm -rf "$SCRATCH"
+  start_control_plane "$B/etcd"
+  local etcd_pid=$ETCD_PID api_pid=$API_PID sport
+  PIDS+=("$etcd_pid" "$api_pid")
+  sport=$(free_port)
   local sched_pid=""
   if [[ $variant != baseline ]]; then
     "$B/kube-scheduler" --kubeconfig="$SCRATCH/kubeconfig" --leader-elect=false --bind-address="$HOST" \

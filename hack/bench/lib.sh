@@ -1,0 +1,33 @@
+# Shared by the benchmark scripts (sourced, not run): free ports, and a fresh etcd with
+# our kube-apiserver in front of it. Callers set HOST, TOKEN, SCRATCH and B (the binaries).
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_control_plane ETCD_BIN: etcd (ETCD_BIN: ours or Debian's) in $SCRATCH/etcd and
+# kube-apiserver over it with a static admin token, waiting for both. Sets ETCD_PID,
+# API_PID, API_PORT, and writes $SCRATCH/kubeconfig for the admin.
+start_control_plane() {
+  local etcd_bin=$1 cport pport
+  cport=$(free_port); pport=$(free_port); API_PORT=$(free_port)
+  mkdir -p "$SCRATCH/certs"
+  "$etcd_bin" --name bench --data-dir "$SCRATCH/etcd" --quota-backend-bytes=8589934592 \
+    --listen-client-urls "http://$HOST:$cport" --advertise-client-urls "http://$HOST:$cport" \
+    --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
+    --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  echo "$TOKEN,bench,bench-uid,system:masters" >"$SCRATCH/tokens.csv"
+  "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$API_PORT" \
+    --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 >"$SCRATCH/apiserver.log" 2>&1 &
+  API_PID=$!
+  for _ in $(seq 1 200); do curl -skf "https://$HOST:$API_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  cat >"$SCRATCH/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: b, cluster: {server: "https://$HOST:$API_PORT", certificate-authority: "$SCRATCH/certs/apiserver.crt"}}]
+users: [{name: b, user: {token: $TOKEN}}]
+contexts: [{name: b, context: {cluster: b, user: b}}]
+current-context: b
+KC
+}
