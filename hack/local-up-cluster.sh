@@ -4,8 +4,8 @@
 # $LOCAL_UP_DIR, prints how to reach each component, and stops everything it started on
 # Ctrl-C or SIGTERM.
 #
-# Components today: etcd, kube-apiserver and kube-scheduler. (Controller-manager and kubelet are
-# added here as they land; the kubelet will use $LOCAL_UP_DIR/manifests.) kubectl reaches
+# Components today: etcd, kube-apiserver, kube-scheduler and kube-controller-manager. (The kubelet
+# is added here when it lands; it will use $LOCAL_UP_DIR/manifests.) kubectl reaches
 # the cluster with KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig (a static admin token; the
 # serving certificate is self-signed and its CA is in $LOCAL_UP_DIR/certs/apiserver.crt).
 #
@@ -17,6 +17,9 @@
 #   API_HOST          address kube-apiserver listens on (default 127.0.0.1)
 #   API_SECURE_PORT   kube-apiserver port (default 6443)
 #   SCHEDULER_HOST    address kube-scheduler serves on (default 127.0.0.1); SCHEDULER_SECURE_PORT (10259)
+#   CONTROLLER_MANAGER_HOST  address kube-controller-manager serves on (default 127.0.0.1);
+#                     CONTROLLER_MANAGER_SECURE_PORT (10257)
+#   CLUSTER_CIDR      pod network, one /24 per node from it (default 10.88.0.0/16)
 #   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 set -euo pipefail
@@ -32,6 +35,9 @@ API_HOST="${API_HOST:-127.0.0.1}"
 API_SECURE_PORT="${API_SECURE_PORT:-6443}"
 SCHEDULER_HOST="${SCHEDULER_HOST:-127.0.0.1}"
 SCHEDULER_SECURE_PORT="${SCHEDULER_SECURE_PORT:-10259}"
+CONTROLLER_MANAGER_HOST="${CONTROLLER_MANAGER_HOST:-127.0.0.1}"
+CONTROLLER_MANAGER_SECURE_PORT="${CONTROLLER_MANAGER_SECURE_PORT:-10257}"
+CLUSTER_CIDR="${CLUSTER_CIDR:-10.88.0.0/16}"
 SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="$CARGO_TARGET_DIR/release"
@@ -145,6 +151,21 @@ PIDS+=($!)
 # Its serving certificate is self-signed in --cert-dir, with no CA of its own to trust.
 wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healthz" --insecure
 
+# kube-controller-manager, same credentials; it publishes the API server's CA to every
+# namespace and allocates node pod CIDRs from $CLUSTER_CIDR.
+"$BIN/kube-controller-manager" \
+  --kubeconfig="$LOCAL_UP_DIR/admin.kubeconfig" \
+  --bind-address="$CONTROLLER_MANAGER_HOST" \
+  --secure-port="$CONTROLLER_MANAGER_SECURE_PORT" \
+  --cert-dir="$LOCAL_UP_DIR/certs" \
+  --root-ca-file="$LOCAL_UP_DIR/certs/apiserver.crt" \
+  --allocate-node-cidrs=true \
+  --cluster-cidr="$CLUSTER_CIDR" \
+  --service-cluster-ip-range="$SERVICE_CLUSTER_IP_RANGE" \
+  >"$LOCAL_UP_DIR/logs/kube-controller-manager.log" 2>&1 &
+PIDS+=($!)
+wait_up kube-controller-manager "https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/healthz" --insecure
+
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
@@ -153,6 +174,7 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
   kube-apiserver  $API_URL
                   export KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig; kubectl get ns
   kube-scheduler  https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/metrics (self-signed)
+  kube-controller-manager  https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/metrics (self-signed)
 
 Press Ctrl-C to stop.
 INFO

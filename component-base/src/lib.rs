@@ -18,10 +18,13 @@
 //! propagate any of them with `?`.
 
 pub mod client;
+pub mod duration;
 pub mod http;
+pub mod labels;
 pub mod leaderelection;
 pub mod logging;
 pub mod metrics;
+pub mod quantity;
 pub mod shutdown;
 pub mod tls;
 

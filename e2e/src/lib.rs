@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 pub mod apiserver;
 pub mod cluster;
+pub mod component;
+pub mod fake_kubelet;
 pub mod netns;
 pub mod pki;
-pub mod scheduler;
 
 /// Debian's etcdctl 3.4: the client whose behaviour the tests hold our server to.
 pub const ETCDCTL: &str = "/usr/bin/etcdctl";

@@ -8,14 +8,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use e2e::apiserver::KubeApiserver;
-use e2e::scheduler::KubeScheduler;
+use e2e::component::{Component, KubeScheduler};
 use e2e::{Etcd, EtcdOptions, wait_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(200);
 
 struct Cluster {
-    sched: Vec<KubeScheduler>,
+    sched: Vec<Component>,
     api: KubeApiserver,
     _etcd: Etcd,
 }

@@ -190,37 +190,7 @@ impl Default for Config {
     }
 }
 
-/// Go's `time.ParseDuration` for the forms configs use: `15s`, `1m30s`, `500ms`, `1h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut total = 0f64;
-    let mut rest = s.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or(format!("invalid duration {s:?}: missing unit"))?;
-        let value: f64 = rest[..n].parse().map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            unit => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
-        };
-        total += value * scale;
-        rest = &rest[u..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
+pub use component_base::duration::parse as parse_duration;
 
 impl Config {
     /// Reads and validates `--config`.
@@ -461,15 +431,6 @@ pub fn build_profile(p: &ProfileFile, client: &kube::Client) -> Result<Profile, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("15s").unwrap(), Duration::from_secs(15));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert!(parse_duration("5x").is_err());
-        assert!(parse_duration("5").is_err());
-    }
 
     #[test]
     fn strict_decoding_and_validation() {

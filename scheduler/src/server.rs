@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use component_base::http::{Endpoints, HealthFormat, ServeOptions, serve};
+use component_base::http::{Endpoints, HealthFormat, SecureServing, ServeOptions, serve};
 use component_base::metrics::Registry;
 use component_base::shutdown::Shutdown;
 
@@ -22,27 +22,13 @@ pub async fn start(
     synced: Arc<tokio::sync::watch::Receiver<Option<Arc<Synced>>>>,
     shutdown: Shutdown,
 ) -> Result<Option<SocketAddr>, String> {
-    if opts.secure_port == 0 {
-        return Ok(None);
-    }
-    let (cert, key) = match &opts.tls {
-        Some((c, k)) => (c.clone(), k.clone()),
-        None => {
-            let cert = opts.cert_dir.join("kube-scheduler.crt");
-            let key = opts.cert_dir.join("kube-scheduler.key");
-            let mut names = vec!["localhost".to_string(), "127.0.0.1".into()];
-            if !opts.bind_address.is_unspecified() {
-                names.push(opts.bind_address.to_string());
-            }
-            component_base::tls::self_signed::ensure(&cert, &key, "kube-scheduler", &names)?;
-            (cert, key)
-        }
+    let serving = SecureServing {
+        bind_address: opts.bind_address,
+        port: opts.secure_port,
+        cert_dir: opts.cert_dir.clone(),
+        tls: opts.tls.clone(),
     };
-    let tls = component_base::tls::server_config(&cert, &key, None, false, &[b"h2", b"http/1.1"])
-        .map_err(|e| e.to_string())?;
-    let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let listener =
-        tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("listening on {addr}: {e}"))?;
+    let Some((listener, tls)) = serving.listen("kube-scheduler").await? else { return Ok(None) };
     let local = listener.local_addr().ok();
     let ready = move |_: &http::Uri| {
         let synced = synced.clone();

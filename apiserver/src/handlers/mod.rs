@@ -530,10 +530,18 @@ impl Api {
             Ok(n)
                 if !n["metadata"]["deletionTimestamp"].is_null() || n["status"]["phase"] == "Terminating" =>
             {
-                Err(ApiError::forbidden(format!(
+                let message = format!(
                     "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                     store.res.info.plural, "",
-                )))
+                );
+                let mut err = ApiError::forbidden(message.clone());
+                // The cause controllers look for to tell this apart from other refusals.
+                err.details = Some(serde_json::json!({
+                    "name": ns,
+                    "kind": "namespaces",
+                    "causes": [{"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}],
+                }));
+                Err(err)
             }
             Ok(_) => Ok(()),
             Err(_) => {

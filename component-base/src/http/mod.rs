@@ -8,7 +8,7 @@ mod server;
 
 pub use connection::ConnectionInfo;
 pub use endpoints::{Endpoints, EndpointsService, HealthFormat};
-pub use server::{ServeOptions, serve};
+pub use server::{SecureServing, ServeOptions, serve};
 
 #[cfg(test)]
 mod tests;

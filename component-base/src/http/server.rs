@@ -287,3 +287,35 @@ impl Connection {
         }
     }
 }
+
+/// Where a component serves HTTPS (`--bind-address`, `--secure-port`, `--cert-dir`,
+/// `--tls-cert-file`/`--tls-private-key-file`), as the scheduler and controller manager do.
+#[derive(Debug, Clone)]
+pub struct SecureServing {
+    pub bind_address: std::net::IpAddr,
+    /// 0 disables serving.
+    pub port: u16,
+    pub cert_dir: std::path::PathBuf,
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl SecureServing {
+    /// The bound listener and TLS config (HTTP/2 and HTTP/1.1), with a self-signed
+    /// certificate for `component` when no files were given; `None` when the port is 0.
+    pub async fn listen(&self, component: &str) -> Result<Option<(TcpListener, Arc<ServerConfig>)>, String> {
+        if self.port == 0 {
+            return Ok(None);
+        }
+        let (cert, key) = crate::tls::self_signed::serving_files(
+            self.tls.as_ref(),
+            &self.cert_dir,
+            component,
+            self.bind_address,
+        )?;
+        let tls = crate::tls::server_config(&cert, &key, None, false, &[b"h2", b"http/1.1"])
+            .map_err(|e| e.to_string())?;
+        let addr = std::net::SocketAddr::new(self.bind_address, self.port);
+        let listener = TcpListener::bind(addr).await.map_err(|e| format!("listening on {addr}: {e}"))?;
+        Ok(Some((listener, tls)))
+    }
+}

@@ -2,10 +2,33 @@
 //! no `--tls-cert-file` is given: a throwaway CA signs the serving certificate and the file
 //! holds both, so clients can trust the file itself (`certificate-authority: <file>`).
 
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rcgen::{CertificateParams, KeyPair};
+
+/// The serving certificate and key of a component: `--tls-cert-file`/`--tls-private-key-file`
+/// when given, else `<component>.crt`/`.key` in `--cert-dir`, made for localhost and the
+/// bind address on first start.
+pub fn serving_files(
+    explicit: Option<&(PathBuf, PathBuf)>,
+    cert_dir: &Path,
+    component: &str,
+    bind_address: IpAddr,
+) -> Result<(PathBuf, PathBuf), String> {
+    if let Some((c, k)) = explicit {
+        return Ok((c.clone(), k.clone()));
+    }
+    let cert = cert_dir.join(format!("{component}.crt"));
+    let key = cert_dir.join(format!("{component}.key"));
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".into()];
+    if !bind_address.is_unspecified() {
+        names.push(bind_address.to_string());
+    }
+    ensure(&cert, &key, component, &names)?;
+    Ok((cert, key))
+}
 
 /// Writes `cert` (serving certificate followed by its CA) and `key` (mode 0600) for the
 /// DNS names and IP addresses in `names`, `host` naming the subject (`<host>@<suffix>`).

@@ -5,8 +5,8 @@
 //! rejected schedulable again) and hands out the extension points it takes part in
 //! through the `as_*` methods; the scheduler never needs to know concrete plugin types.
 
-pub mod labels;
-pub mod quantity;
+pub use component_base::labels;
+pub use component_base::quantity;
 pub mod runtime;
 pub mod topology;
 pub mod types;

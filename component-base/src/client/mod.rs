@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+pub mod ratelimit;
+
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -36,6 +38,27 @@ pub enum Error {
 /// A client for the API server named by `kubeconfig` (its current context), with `master`
 /// overriding the server URL when given; without a kubeconfig, the in-cluster config.
 pub async fn from_flags(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<kube::Client, Error> {
+    kube::Client::try_from(config_from_flags(kubeconfig, master).await?).map_err(Error::Client)
+}
+
+/// As [`from_flags`], with client-go's client-side rate limit (`--kube-api-qps`,
+/// `--kube-api-burst`) on every request this client starts.
+pub async fn from_flags_rate_limited(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+    qps: f32,
+    burst: u32,
+) -> Result<kube::Client, Error> {
+    let config = config_from_flags(kubeconfig, master).await?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(Error::Client)?;
+    Ok(builder.with_layer(&ratelimit::RateLimitLayer::new(f64::from(qps), burst)).build())
+}
+
+/// The client configuration [`from_flags`] builds its client from.
+pub async fn config_from_flags(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+) -> Result<kube::Config, Error> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -52,5 +75,5 @@ pub async fn from_flags(kubeconfig: Option<&Path>, master: Option<&str>) -> Resu
     }
     // Watches here are long-lived and lists of a large cluster are slow: no read timeout.
     config.read_timeout = None;
-    kube::Client::try_from(config).map_err(Error::Client)
+    Ok(config)
 }

@@ -1,4 +1,4 @@
-//! Resource quantities (`100m`, `1.5Gi`, `2e3`) as the scheduler counts them: CPU in
+//! Resource quantities (`100m`, `1.5Gi`, `2e3`) as the scheduler and quota count them: CPU in
 //! millicores, everything else in whole units, both rounded up as upstream's
 //! `MilliValue()`/`Value()` do, so a request is never under-counted. The arithmetic is
 //! exact (integers with a decimal scale): floating point would turn `700m` into 701.
@@ -73,9 +73,63 @@ pub fn parse_value(s: &str) -> Option<i64> {
     parse_milli(s).map(|m| m.div_euclid(1000) + i64::from(m.rem_euclid(1000) != 0))
 }
 
+/// Whether a quantity is written with a binary suffix (`Ki` ... `Ei`), the format upstream
+/// keeps when it prints sums of such quantities.
+pub fn is_binary(s: &str) -> bool {
+    s.trim_end().ends_with('i')
+}
+
+/// A value in thousandths of a unit in upstream's canonical form: `1500m`, `2`, `2k`, or
+/// with `binary` and a whole number of bytes, the largest exact binary suffix (`128Mi`).
+pub fn format_milli(milli: i64, binary: bool) -> String {
+    if milli % 1000 != 0 {
+        return format!("{milli}m");
+    }
+    let value = milli / 1000;
+    if value == 0 {
+        return "0".into();
+    }
+    let suffixes: &[(&str, i64)] = if binary {
+        &[
+            ("Ei", 1 << 60),
+            ("Pi", 1 << 50),
+            ("Ti", 1 << 40),
+            ("Gi", 1 << 30),
+            ("Mi", 1 << 20),
+            ("Ki", 1 << 10),
+        ]
+    } else {
+        &[
+            ("E", 1_000_000_000_000_000_000),
+            ("P", 1_000_000_000_000_000),
+            ("T", 1_000_000_000_000),
+            ("G", 1_000_000_000),
+            ("M", 1_000_000),
+            ("k", 1_000),
+        ]
+    };
+    for (suffix, unit) in suffixes {
+        if value % unit == 0 {
+            return format!("{}{suffix}", value / unit);
+        }
+    }
+    value.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_format() {
+        assert_eq!(format_milli(1500, false), "1500m");
+        assert_eq!(format_milli(2000, false), "2");
+        assert_eq!(format_milli(2_000_000, false), "2k");
+        assert_eq!(format_milli(0, true), "0");
+        assert_eq!(format_milli(128 * 1024 * 1024 * 1000, true), "128Mi");
+        assert_eq!(format_milli(1000 * 1000, true), "1000");
+        assert!(is_binary("64Mi") && !is_binary("64M"));
+    }
 
     #[test]
     fn parses_upstream_forms_exactly() {

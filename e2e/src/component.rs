@@ -1,5 +1,6 @@
-//! A kube-scheduler process for tests, pointed at a [`KubeApiserver`] with its admin
-//! kubeconfig, serving its HTTPS port on a free loopback address.
+//! A control-plane component process for tests (kube-scheduler, kube-controller-manager),
+//! pointed at a [`KubeApiserver`] with its admin kubeconfig, serving its HTTPS port on a
+//! free loopback address.
 
 use std::io::Read;
 use std::net::Ipv4Addr;
@@ -9,21 +10,22 @@ use std::time::Duration;
 use crate::apiserver::KubeApiserver;
 use crate::{free_port, loopback_ip, wait_for};
 
-pub struct KubeScheduler {
+pub struct Component {
+    name: &'static str,
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub ip: Ipv4Addr,
     pub port: u16,
 }
 
-impl KubeScheduler {
-    /// Starts kube-scheduler with `extra_args` and waits until `/healthz` answers.
-    pub fn start(api: &KubeApiserver, extra_args: &[&str]) -> KubeScheduler {
+impl Component {
+    /// Starts the binary `name` with `extra_args` and waits until `/healthz` answers.
+    pub fn start(name: &'static str, api: &KubeApiserver, extra_args: &[&str]) -> Component {
         let dir = tempfile::tempdir().expect("tempdir");
         let ip = loopback_ip();
         let port = free_port(ip);
-        let log = std::fs::File::create(dir.path().join("kube-scheduler.log")).expect("log");
-        let child = Command::new(crate::bin("kube-scheduler"))
+        let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).expect("log");
+        let child = Command::new(crate::bin(name))
             .arg(format!("--kubeconfig={}", api.kubeconfig.display()))
             .arg(format!("--bind-address={ip}"))
             .arg(format!("--secure-port={port}"))
@@ -33,11 +35,11 @@ impl KubeScheduler {
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("starting kube-scheduler");
-        let mut s = KubeScheduler { child: Some(child), dir, ip, port };
-        wait_for("kube-scheduler /healthz", Duration::from_secs(30), Duration::from_millis(100), || {
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        let mut s = Component { name, child: Some(child), dir, ip, port };
+        wait_for(&format!("{name} /healthz"), Duration::from_secs(30), Duration::from_millis(100), || {
             if let Some(Ok(Some(status))) = s.child.as_mut().map(|c| c.try_wait()) {
-                panic!("kube-scheduler exited with {status}; log:\n{}", s.log_tail(40));
+                panic!("{name} exited with {status}; log:\n{}", s.log_tail(40));
             }
             (s.get("/healthz").0 == 200).then_some(())
         });
@@ -86,7 +88,7 @@ impl KubeScheduler {
 
     pub fn log_tail(&self, lines: usize) -> String {
         let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(self.dir.path().join("kube-scheduler.log")) {
+        if let Ok(mut f) = std::fs::File::open(self.dir.path().join(format!("{}.log", self.name))) {
             let _ = f.read_to_string(&mut s);
         }
         let all: Vec<&str> = s.lines().collect();
@@ -94,11 +96,29 @@ impl KubeScheduler {
     }
 }
 
-impl Drop for KubeScheduler {
+impl Drop for Component {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- kube-scheduler log ---\n{}", self.log_tail(60));
+            eprintln!("--- {} log ---\n{}", self.name, self.log_tail(60));
         }
         self.kill9();
+    }
+}
+
+/// kube-scheduler.
+pub struct KubeScheduler;
+
+impl KubeScheduler {
+    pub fn start(api: &KubeApiserver, extra_args: &[&str]) -> Component {
+        Component::start("kube-scheduler", api, extra_args)
+    }
+}
+
+/// kube-controller-manager.
+pub struct KubeControllerManager;
+
+impl KubeControllerManager {
+    pub fn start(api: &KubeApiserver, extra_args: &[&str]) -> Component {
+        Component::start("kube-controller-manager", api, extra_args)
     }
 }

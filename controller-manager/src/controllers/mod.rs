@@ -1,0 +1,97 @@
+//! The controllers, one module each, and the `--controllers` selection: upstream's
+//! canonical names (`replicaset-controller`) with their older aliases (`replicaset`).
+
+pub mod clusterrole_aggregation;
+pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
+pub mod garbagecollector;
+pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod podgc;
+pub mod replicaset;
+pub mod resourcequota;
+pub mod root_ca_publisher;
+pub mod serviceaccount;
+pub mod taint_eviction;
+
+use crate::controller::{Context, Error};
+
+pub const GARBAGE_COLLECTOR: &str = "garbage-collector-controller";
+
+/// Canonical name, alias, and how to start it.
+type Starter = fn(&Context) -> Result<(), Error>;
+
+const ALL: &[(&str, &str, Starter)] = &[
+    ("clusterrole-aggregation-controller", "clusterrole-aggregation", clusterrole_aggregation::start),
+    ("deployment-controller", "deployment", deployment::start),
+    ("endpoints-controller", "endpoint", endpoints::start),
+    ("endpointslice-controller", "endpointslice", endpointslice::start),
+    (GARBAGE_COLLECTOR, "garbagecollector", garbagecollector::start),
+    ("namespace-controller", "namespace", namespace::start),
+    ("node-ipam-controller", "nodeipam", nodeipam::start),
+    ("node-lifecycle-controller", "nodelifecycle", nodelifecycle::start),
+    ("pod-garbage-collector-controller", "podgc", podgc::start),
+    ("replicaset-controller", "replicaset", replicaset::start),
+    ("resourcequota-controller", "resourcequota", resourcequota::start),
+    ("root-ca-certificate-publisher-controller", "root-ca-cert-publisher", root_ca_publisher::start),
+    ("serviceaccount-controller", "serviceaccount", serviceaccount::start),
+    ("taint-eviction-controller", "taint-eviction-controller", taint_eviction::start),
+];
+
+fn canonical(name: &str) -> Option<&'static str> {
+    ALL.iter().find(|(c, a, _)| *c == name || *a == name).map(|(c, _, _)| *c)
+}
+
+/// The controllers `--controllers` enables, as canonical names in a stable order.
+pub fn select(flags: &[String]) -> Result<Vec<&'static str>, String> {
+    let mut star = false;
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for f in flags.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
+        if f == "*" {
+            star = true;
+            continue;
+        }
+        let (list, name) = match f.strip_prefix('-') {
+            Some(n) => (&mut off, n),
+            None => (&mut on, f),
+        };
+        let c = canonical(name)
+            .ok_or_else(|| format!("--controllers: {name:?} is not in the list of known controllers"))?;
+        list.push(c);
+    }
+    Ok(ALL.iter().map(|(c, _, _)| *c).filter(|c| (star || on.contains(c)) && !off.contains(c)).collect())
+}
+
+/// Starts one controller by canonical name.
+pub fn start(ctx: &Context, name: &str) -> Result<(), Error> {
+    let (_, _, start) = ALL
+        .iter()
+        .find(|(c, _, _)| *c == name)
+        .ok_or_else(|| Error::Other(format!("unknown controller {name}")))?;
+    start(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sel(flags: &[&str]) -> Result<Vec<&'static str>, String> {
+        select(&flags.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn controllers_flag() {
+        assert_eq!(sel(&["*"]).unwrap().len(), ALL.len());
+        let some = sel(&["*", "-garbagecollector", "-deployment-controller"]).unwrap();
+        assert!(!some.contains(&GARBAGE_COLLECTOR) && !some.contains(&"deployment-controller"));
+        assert_eq!(some.len(), ALL.len() - 2);
+        assert_eq!(
+            sel(&["replicaset", "podgc"]).unwrap(),
+            vec!["pod-garbage-collector-controller", "replicaset-controller"]
+        );
+        assert!(sel(&["nosuch"]).is_err());
+    }
+}
