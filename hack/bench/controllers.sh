@@ -17,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
-NODES="${NODES:-30}"
+NODES="${NODES:-50}"
 BIG="${BIG:-3000}"
 DEPLOYMENTS="${DEPLOYMENTS:-100}"
 REPLICAS="${REPLICAS:-30}"
