@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
@@ -656,48 +656,47 @@ impl GarbageCollector {
     where
         F: Fn(&mut Vec<OwnerReference>) -> bool,
     {
-        let api = self.api_for(id)?;
-        for attempt in 0..UPDATE_RETRIES {
-            let Some(obj) = api.get_opt(&id.name).await? else { return Ok(()) };
-            if obj.metadata.uid.as_deref() != Some(id.uid.as_str()) {
-                return Ok(());
-            }
-            let mut refs = obj.metadata.owner_references.clone().unwrap_or_default();
-            if !edit(&mut refs) {
-                return Ok(());
-            }
-            let refs = if refs.is_empty() { Value::Null } else { json!(refs) };
-            let patch = json!({
-                "metadata": { "resourceVersion": obj.metadata.resource_version, "ownerReferences": refs }
-            });
-            match api.patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => return Ok(()),
-                Err(e) if api_code(&e) == Some(404) => return Ok(()),
-                Err(e) if api_code(&e) == Some(409) => retry_pause(attempt).await,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(Error::Other(format!(
-            "updateMaxRetries({UPDATE_RETRIES}) has reached. The garbage collector will retry later for {id}"
-        )))
+        self.patch_metadata_field(id, "ownerReferences", "", |meta| {
+            let mut refs = meta.owner_references.clone().unwrap_or_default();
+            edit(&mut refs).then(|| json!(refs))
+        })
+        .await
     }
 
     /// Removes `finalizer` from `id`, guarded by its resourceVersion.
     async fn remove_finalizer(&self, id: &Identity, finalizer: &str) -> Result<(), Error> {
+        self.patch_metadata_field(id, "finalizers", "owner ", |meta| {
+            let finalizers = meta.finalizers.clone().unwrap_or_default();
+            let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
+            (rest.len() != finalizers.len()).then(|| json!(rest))
+        })
+        .await
+    }
+
+    /// Reads `id`, lets `edit` compute a new value of one metadata list field (`None`: no
+    /// change needed), and merge-patches it guarded by the resourceVersion read, retrying
+    /// conflicts a few times. An empty list is written as null (the field removed). A
+    /// missing or replaced object is done.
+    async fn patch_metadata_field<F>(
+        &self,
+        id: &Identity,
+        field: &str,
+        what: &str,
+        edit: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(&ObjectMeta) -> Option<Value>,
+    {
         let api = self.api_for(id)?;
         for attempt in 0..UPDATE_RETRIES {
             let Some(obj) = api.get_opt(&id.name).await? else { return Ok(()) };
             if obj.metadata.uid.as_deref() != Some(id.uid.as_str()) {
                 return Ok(());
             }
-            let finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
-            if !finalizers.iter().any(|f| f == finalizer) {
-                return Ok(());
-            }
-            let rest: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
-            let rest = if rest.is_empty() { Value::Null } else { json!(rest) };
+            let Some(value) = edit(&obj.metadata) else { return Ok(()) };
+            let value = if value.as_array().is_some_and(|a| a.is_empty()) { Value::Null } else { value };
             let patch = json!({
-                "metadata": { "resourceVersion": obj.metadata.resource_version, "finalizers": rest }
+                "metadata": { "resourceVersion": obj.metadata.resource_version, field: value }
             });
             match api.patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => return Ok(()),
@@ -707,7 +706,7 @@ impl GarbageCollector {
             }
         }
         Err(Error::Other(format!(
-            "updateMaxRetries({UPDATE_RETRIES}) has reached. The garbage collector will retry later for owner {id}"
+            "updateMaxRetries({UPDATE_RETRIES}) has reached. The garbage collector will retry later for {what}{id}"
         )))
     }
 }
