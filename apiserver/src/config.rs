@@ -51,15 +51,22 @@ pub struct Flags {
     /// A port range to reserve for services with NodePort visibility.
     #[arg(long, default_value = "30000-32767")]
     pub service_node_port_range: String,
-    /// If set, the file that will be used to secure the secure port of the API server via token authentication.
+    /// Comma-separated list of cipher suites for the server (IANA names); the defaults when omitted.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
+    /// Minimum TLS version supported: VersionTLS12 or VersionTLS13.
     #[arg(long)]
-    pub token_auth_file: Option<PathBuf>,
-    /// Enables anonymous requests to the secure port of the API server.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
-    pub anonymous_auth: bool,
-    /// Ordered list of plug-ins to do authorization on secure port.
-    #[arg(long, default_value = "AlwaysAllow")]
-    pub authorization_mode: String,
+    pub tls_min_version: Option<String>,
+    #[command(flatten)]
+    pub authentication: crate::authn::options::Options,
+    #[command(flatten)]
+    pub authorization: crate::authz::options::Options,
+    #[command(flatten)]
+    pub admission: crate::admission::options::Options,
+    #[command(flatten)]
+    pub audit: crate::audit::options::Options,
+    #[command(flatten)]
+    pub encryption: crate::encryption::options::Options,
     /// The maximum number of non-mutating requests in flight at a given time.
     #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: usize,
@@ -90,8 +97,13 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     pub service_cidr: Cidr,
     pub node_ports: (u16, u16),
-    pub token_auth_file: Option<PathBuf>,
-    pub anonymous_auth: bool,
+    pub tls_cipher_suites: Vec<String>,
+    pub tls_min_version: Option<String>,
+    pub authentication: crate::authn::options::Options,
+    pub authorization: crate::authz::options::Options,
+    pub admission: crate::admission::options::Options,
+    pub audit: crate::audit::options::Options,
+    pub encryption: crate::encryption::options::Options,
     pub max_readonly: usize,
     pub max_mutating: usize,
     pub request_timeout: Duration,
@@ -103,12 +115,6 @@ impl Flags {
     pub fn into_config(self) -> Result<Config, String> {
         if self.etcd_servers.is_empty() {
             return Err("--etcd-servers must be specified".into());
-        }
-        if self.authorization_mode != "AlwaysAllow" {
-            return Err(format!(
-                "--authorization-mode {}: only AlwaysAllow is implemented in this build (RBAC and Node arrive with the security work)",
-                self.authorization_mode
-            ));
         }
         let service_cidr = Cidr::parse(&self.service_cluster_ip_range)
             .map_err(|e| format!("--service-cluster-ip-range: {e}"))?;
@@ -146,8 +152,13 @@ impl Flags {
             tls,
             service_cidr,
             node_ports: (lo, hi),
-            token_auth_file: self.token_auth_file,
-            anonymous_auth: self.anonymous_auth,
+            tls_cipher_suites: self.tls_cipher_suites,
+            tls_min_version: self.tls_min_version,
+            authentication: self.authentication,
+            authorization: self.authorization,
+            admission: self.admission,
+            audit: self.audit,
+            encryption: self.encryption,
             max_readonly: self.max_requests_inflight.max(1),
             max_mutating: self.max_mutating_requests_inflight.max(1),
             request_timeout,

@@ -7,7 +7,9 @@
 //! - [`cacher`]: the watch cache, one etcd watch per resource, serving gets, lists, watches.
 //! - [`registry`]: the generic store and the per-resource hooks ([`registry::resources`]).
 //! - [`handlers`]: routing, content negotiation, verbs, watch streams, subresources.
-//! - [`discovery`], [`openapi`], [`health`], [`metrics`], [`authn`].
+//! - [`authn`] (who), [`authz`] (may they), [`admission`] (mutate, then validate), [`audit`],
+//!   [`encryption`] (at rest); [`context`] carries the user and admission into the store.
+//! - [`discovery`], [`openapi`], [`health`], [`metrics`].
 //! - [`selectors`], [`validation`], [`field_validation`], [`fieldmanager`], [`patch`], [`table`] and [`printers`], [`protobuf`].
 //! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`].
 //!
@@ -15,11 +17,16 @@
 //! resourceVersion → the change comes back through the etcd watch into the cache and out
 //! to every watcher.
 
+pub mod admission;
+pub mod audit;
 pub mod authn;
+pub mod authz;
 pub mod bootstrap;
 pub mod cacher;
 pub mod config;
+pub mod context;
 pub mod discovery;
+pub mod encryption;
 pub mod errors;
 pub mod field_validation;
 pub mod fieldmanager;
@@ -114,8 +121,13 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         .map_err(|e| StartError::Bootstrap(e.to_string()))?;
 
     let tls = tls::serving_config(&cfg).map_err(StartError::Config)?;
-    let authn = authn::Authenticator::new(cfg.token_auth_file.as_deref(), cfg.anonymous_auth)
+    let authn = authn::Authenticator::new(
+        cfg.authentication.token_auth_file.as_deref(),
+        cfg.authentication.anonymous_auth,
+    )
         .map_err(StartError::Config)?;
+    let authz = Arc::new(authz::Chain::new(&cfg.authorization, &registry).map_err(StartError::Config)?);
+    let admission = Arc::new(admission::Chain::new(&cfg.admission, &registry).map_err(StartError::Config)?);
     let api = Arc::new(Api {
         registry: registry.clone(),
         limits: Limits {
@@ -125,6 +137,8 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
             min_request_timeout: cfg.min_request_timeout,
         },
         authn,
+        authz,
+        admission,
         metrics,
         etcd,
         services,

@@ -5,6 +5,7 @@
 pub mod codec;
 pub mod request;
 pub mod subresources;
+pub mod virtual_resources;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -54,6 +55,8 @@ pub struct Api {
     pub registry: Arc<Registry>,
     pub limits: Limits,
     pub authn: crate::authn::Authenticator,
+    pub authz: Arc<crate::authz::Chain>,
+    pub admission: Arc<crate::admission::Chain>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub etcd: crate::storage::etcd3::Etcd,
     pub services: Arc<crate::services::Services>,
@@ -284,12 +287,40 @@ impl Api {
             }
             _ => {}
         }
-        if let Err(e) = self.authn.authenticate(req.headers()) {
+        let user = match self.authn.authenticate(req.headers()) {
+            Ok(u) => u,
+            Err(e) => {
+                discard_body(req.into_body());
+                return (Err(e), None);
+            }
+        };
+        let q = query_of(req.uri());
+        let info = request::parse(req.method(), &path, flag(&q, "watch"));
+        // Impersonation (Impersonate-* headers) replaces `user` here, before authorization.
+        let attrs = crate::authz::attributes(&user, info.as_ref(), req.method(), &path);
+        if let Err(e) = self.authz.check(&attrs) {
             discard_body(req.into_body());
             return (Err(e), None);
         }
-        let q = query_of(req.uri());
-        let info = request::parse(req.method(), &path, flag(&q, "watch"));
+        let scope = Arc::new(crate::context::RequestScope {
+            user,
+            admission: Some(self.admission.clone()),
+            authorizer: Some(self.authz.clone()),
+            warnings: Default::default(),
+        });
+        let (resp, labels) = crate::context::scope(scope.clone(), self.authorized(info, q, req)).await;
+        let warnings = std::mem::take(&mut *scope.warnings.lock());
+        let resp = if warnings.is_empty() { resp } else { resp.map(|r| with_warnings(r, &warnings)) };
+        (resp, labels)
+    }
+
+    /// Serves a request that passed authentication and authorization.
+    async fn authorized(
+        &self,
+        info: Option<RequestInfo>,
+        q: Query,
+        req: Request<Incoming>,
+    ) -> (ApiResult<Response<BoxBody>>, Option<(String, String, String, String)>) {
         let Some(info) = info else {
             return (self.non_resource(req).await, None);
         };
@@ -378,6 +409,10 @@ impl Api {
         q: Query,
         req: Request<Incoming>,
     ) -> ApiResult<Response<BoxBody>> {
+        let req = match virtual_resources::serve(self, &info, &q, req).await {
+            Ok(answered) => return answered,
+            Err(req) => req,
+        };
         let store = self
             .registry
             .find(&info.group, &info.version, &info.resource)

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::resource::Resource;
+use crate::admission::Operation;
 use crate::cacher::{CachedObject, Cacher, Event, Filter, object_key, with_rv};
 use crate::errors::{ApiError, ApiResult, FieldError};
 use crate::storage::etcd3::{Etcd, PAGE, StorageError, prefix_end};
@@ -480,6 +481,7 @@ impl Store {
 
     pub async fn create(&self, ns: Option<&str>, obj: Value, dry_run: bool) -> ApiResult<Value> {
         let obj = self.prepare_create(ns, obj)?;
+        let obj = self.admit(Operation::Create, None, obj, None, dry_run).await?;
         if dry_run {
             return Ok(obj);
         }
@@ -594,10 +596,47 @@ impl Store {
             record(Some(&old), &mut obj);
         }
         let new = self.prepare_update(obj, &old, subresource)?;
+        let new = self.admit(Operation::Update, subresource, new, Some(&old), dry_run).await?;
         if dry_run {
             return Ok((with_rv(new, rev), false));
         }
         Ok((self.write_update(ns, name, new, rev).await?, false))
+    }
+
+    /// Passes a create or update of the current request through admission (see
+    /// [`crate::admission`]). An object a mutating plugin changed is defaulted and
+    /// validated again, so nothing invalid is stored whoever changed it.
+    async fn admit(
+        &self,
+        op: Operation,
+        subresource: Option<&str>,
+        obj: Value,
+        old: Option<&Value>,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        if crate::context::current().is_none_or(|s| s.admission.is_none()) {
+            return Ok(obj);
+        }
+        let ns = meta(&obj)["namespace"].as_str().map(str::to_string);
+        let name = name_of(&obj).to_string();
+        let before = obj.clone();
+        let mut obj =
+            crate::admission::run(&self.res.info, op, subresource, ns.as_deref(), &name, Some(obj), old, dry_run)
+                .await?
+                .unwrap_or(before.clone());
+        if obj != before {
+            self.res.hooks.default(&mut obj);
+            let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
+            errs.extend(self.res.hooks.validate(&obj));
+            if let Some(old) = old {
+                errs.extend(validation::object_meta_update(&obj, old));
+                errs.extend(self.res.hooks.validate_update(&obj, old));
+            }
+            if !errs.is_empty() {
+                return Err(self.invalid(&name, &errs));
+            }
+        }
+        Ok(obj)
     }
 
     /// Stores an updated object guarded by the revision it was based on. An object being
@@ -637,6 +676,7 @@ impl Store {
             let (old, rev) = self.get_fresh(ns, name).await?;
             let candidate = f(&old)?;
             let new = self.prepare_update(candidate, &old, subresource)?;
+            let new = self.admit(Operation::Update, subresource, new, Some(&old), dry_run).await?;
             if dry_run {
                 return Ok(with_rv(new, rev));
             }
@@ -651,8 +691,14 @@ impl Store {
     /// Deletes an object, honouring preconditions, finalizers, grace periods and the
     /// propagation policy (recorded as the garbage collector's finalizers, as upstream).
     pub async fn delete(&self, ns: Option<&str>, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+        let mut admitted = false;
         for _ in 0..UPDATE_RETRIES {
             let (mut obj, rev) = self.get_fresh(ns, name).await?;
+            if !admitted {
+                crate::admission::run(&self.res.info, Operation::Delete, None, ns, name, None, Some(&obj), opts.dry_run)
+                    .await?;
+                admitted = true;
+            }
             if let Some(uid) = &opts.precondition_uid
                 && meta(&obj)["uid"].as_str() != Some(uid.as_str())
             {

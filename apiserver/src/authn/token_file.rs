@@ -1,20 +1,14 @@
-//! Authentication for now: static bearer tokens (`--token-auth-file`, upstream's CSV
-//! format `token,user,uid,"group1,group2"`) and anonymous requests when
-//! `--anonymous-auth` allows them. Authorization is AlwaysAllow until RBAC arrives.
+//! Static bearer tokens (`--token-auth-file`, upstream's CSV format
+//! `token,user,uid,"group1,group2"`) and anonymous requests when `--anonymous-auth`
+//! allows them.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use http::HeaderMap;
 
+use super::User;
 use crate::errors::{ApiError, ApiResult};
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-}
 
 #[derive(Default)]
 pub struct Authenticator {
@@ -47,7 +41,7 @@ impl Authenticator {
                     .unwrap_or_default();
                 tokens.insert(
                     fields[0].clone(),
-                    User { name: fields[1].clone(), uid: fields[2].clone(), groups },
+                    User { name: fields[1].clone(), uid: fields[2].clone(), groups, ..Default::default() },
                 );
             }
         }
@@ -68,6 +62,7 @@ impl Authenticator {
                 name: "system:anonymous".into(),
                 uid: String::new(),
                 groups: vec!["system:unauthenticated".into()],
+                ..Default::default()
             }),
             None => Err(ApiError::unauthorized()),
         }
