@@ -101,25 +101,43 @@ ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
 PIDS+=($!)
 wait_up etcd "$ETCD_CLIENT_URL/health"
 
-# kube-apiserver with a static admin token (system:masters), as upstream's script does
-# for its admin user.
+# kube-apiserver with Node,RBAC authorization as upstream's script runs it. Static tokens
+# name the admin (system:masters), the scheduler and the controller manager; service
+# account tokens are signed with an ECDSA key made here once.
 mkdir -p "$LOCAL_UP_DIR/certs"
-if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]]; then
-  echo "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'),admin,admin,system:masters" >"$LOCAL_UP_DIR/tokens.csv"
+new_token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]] || ! grep -q system:kube-scheduler "$LOCAL_UP_DIR/tokens.csv"; then
+  {
+    echo "$(new_token),admin,admin,system:masters"
+    echo "$(new_token),system:kube-scheduler,system:kube-scheduler"
+    echo "$(new_token),system:kube-controller-manager,system:kube-controller-manager"
+  } >"$LOCAL_UP_DIR/tokens.csv"
 fi
-ADMIN_TOKEN="$(cut -d, -f1 "$LOCAL_UP_DIR/tokens.csv")"
+token_of() { grep ",$1," "$LOCAL_UP_DIR/tokens.csv" | cut -d, -f1; }
+SA_KEY="$LOCAL_UP_DIR/certs/service-account.key"
+if [[ ! -s "$SA_KEY" ]]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "$SA_KEY" 2>/dev/null
+  chmod 600 "$SA_KEY"
+fi
 "$BIN/kube-apiserver" \
   --etcd-servers="$ETCD_CLIENT_URL" \
   --bind-address="$API_HOST" \
   --secure-port="$API_SECURE_PORT" \
   --cert-dir="$LOCAL_UP_DIR/certs" \
   --token-auth-file="$LOCAL_UP_DIR/tokens.csv" \
+  --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NodeRestriction \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$SA_KEY" \
+  --service-account-signing-key-file="$SA_KEY" \
   --service-cluster-ip-range="$SERVICE_CLUSTER_IP_RANGE" \
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
 API_URL="https://${API_HOST}:${API_SECURE_PORT}"
 wait_up kube-apiserver "$API_URL/readyz" --cacert "$LOCAL_UP_DIR/certs/apiserver.crt"
-cat >"$LOCAL_UP_DIR/admin.kubeconfig" <<KUBECONFIG
+# kubeconfig NAME USER: a kubeconfig for one of the static-token users.
+kubeconfig() {
+  cat >"$LOCAL_UP_DIR/$1.kubeconfig" <<KUBECONFIG
 apiVersion: v1
 kind: Config
 clusters:
@@ -128,21 +146,24 @@ clusters:
     server: $API_URL
     certificate-authority: $LOCAL_UP_DIR/certs/apiserver.crt
 users:
-- name: admin
+- name: $2
   user:
-    token: $ADMIN_TOKEN
+    token: $(token_of "$2")
 contexts:
 - name: local-up-cluster
   context:
     cluster: local-up-cluster
-    user: admin
+    user: $2
 current-context: local-up-cluster
 KUBECONFIG
+}
+kubeconfig admin admin
+kubeconfig scheduler system:kube-scheduler
+kubeconfig controller system:kube-controller-manager
 
-# kube-scheduler, with the admin kubeconfig (upstream's script gives it its own identity;
-# per-component credentials arrive with RBAC).
+# kube-scheduler, as system:kube-scheduler (the bootstrap RBAC policy's scheduler roles).
 "$BIN/kube-scheduler" \
-  --kubeconfig="$LOCAL_UP_DIR/admin.kubeconfig" \
+  --kubeconfig="$LOCAL_UP_DIR/scheduler.kubeconfig" \
   --bind-address="$SCHEDULER_HOST" \
   --secure-port="$SCHEDULER_SECURE_PORT" \
   --cert-dir="$LOCAL_UP_DIR/certs" \
@@ -151,10 +172,13 @@ PIDS+=($!)
 # Its serving certificate is self-signed in --cert-dir, with no CA of its own to trust.
 wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healthz" --insecure
 
-# kube-controller-manager, same credentials; it publishes the API server's CA to every
-# namespace and allocates node pod CIDRs from $CLUSTER_CIDR.
+# kube-controller-manager, as system:kube-controller-manager, each controller with its own
+# kube-system service account's token (--use-service-account-credentials, as upstream's
+# script); it publishes the API server's CA to every namespace and allocates node pod CIDRs
+# from $CLUSTER_CIDR.
 "$BIN/kube-controller-manager" \
-  --kubeconfig="$LOCAL_UP_DIR/admin.kubeconfig" \
+  --kubeconfig="$LOCAL_UP_DIR/controller.kubeconfig" \
+  --use-service-account-credentials=true \
   --bind-address="$CONTROLLER_MANAGER_HOST" \
   --secure-port="$CONTROLLER_MANAGER_SECURE_PORT" \
   --cert-dir="$LOCAL_UP_DIR/certs" \

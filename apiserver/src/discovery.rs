@@ -25,6 +25,75 @@ pub fn version() -> Value {
     })
 }
 
+/// A create-only resource answered without storage (see
+/// [`crate::handlers::virtual_resources`]): group, version, plural, singular, kind, namespaced.
+struct Virtual {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+}
+
+const fn virt(
+    group: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> Virtual {
+    Virtual { group, version: "v1", plural, singular, kind, namespaced }
+}
+
+/// The reviews of authentication.k8s.io and authorization.k8s.io, verb `create` only.
+const VIRTUAL: &[Virtual] = &[
+    virt("authentication.k8s.io", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false),
+    virt("authentication.k8s.io", "tokenreviews", "tokenreview", "TokenReview", false),
+    virt(
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        "LocalSubjectAccessReview",
+        true,
+    ),
+    virt(
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        "SelfSubjectAccessReview",
+        false,
+    ),
+    virt(
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        "SelfSubjectRulesReview",
+        false,
+    ),
+    virt("authorization.k8s.io", "subjectaccessreviews", "subjectaccessreview", "SubjectAccessReview", false),
+];
+
+fn virtual_in<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static Virtual> + 'a {
+    VIRTUAL.iter().filter(move |v| v.group == group && v.version == version)
+}
+
+/// The served groups: the registry's, then those only virtual resources make up.
+fn all_groups(registry: &Registry) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut groups = registry.groups();
+    for v in VIRTUAL {
+        match groups.iter_mut().find(|(g, _)| *g == v.group) {
+            Some((_, vs)) => {
+                if !vs.contains(&v.version) {
+                    vs.push(v.version);
+                }
+            }
+            None => groups.push((v.group, vec![v.version])),
+        }
+    }
+    groups
+}
+
 /// The response kind and verbs of a subresource.
 fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static str>)> {
     let same = json!({ "group": info.group, "version": info.version, "kind": info.kind });
@@ -36,6 +105,10 @@ fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static s
         )),
         "binding" => Some((json!({ "group": "", "version": "v1", "kind": "Binding" }), vec!["create"])),
         "finalize" => Some((same, vec!["update"])),
+        "token" => Some((
+            json!({ "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest" }),
+            vec!["create"],
+        )),
         _ => None,
     }
 }
@@ -74,6 +147,15 @@ fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Valu
             }
             resources.push(r);
         }
+    }
+    for v in virtual_in(group, version) {
+        resources.push(json!({
+            "name": v.plural,
+            "singularName": v.singular,
+            "namespaced": v.namespaced,
+            "kind": v.kind,
+            "verbs": ["create"],
+        }));
     }
     if resources.is_empty() {
         return None;
@@ -123,6 +205,15 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
                     }
                     r
                 })
+                .chain(virtual_in(group, v).map(|x| {
+                    json!({
+                        "resource": x.plural,
+                        "responseKind": { "group": x.group, "version": x.version, "kind": x.kind },
+                        "scope": if x.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": x.singular,
+                        "verbs": ["create"],
+                    })
+                }))
                 .collect();
             json!({ "version": v, "resources": resources, "freshness": "Current" })
         })
@@ -165,7 +256,7 @@ fn aggregated(items: Vec<Value>, v: &str) -> http::Response<BoxBody> {
 
 /// Answers a discovery path, or None if `path` is not one.
 pub fn respond(registry: &Registry, path: &str, accept: &str) -> Option<http::Response<BoxBody>> {
-    let groups = registry.groups();
+    let groups = all_groups(registry);
     let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
     match parts.as_slice() {
         ["api"] => {
@@ -202,5 +293,65 @@ pub fn respond(registry: &Registry, path: &str, accept: &str) -> Option<http::Re
         }),
         ["apis", g, v] => resource_list(registry, g, v).map(|l| json_response(StatusCode::OK, &l)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::storage::etcd3::{Etcd, EtcdConfig};
+
+    async fn body(registry: &Registry, path: &str, accept: &str) -> Value {
+        let resp = respond(registry, path, accept).unwrap_or_else(|| panic!("no discovery at {path}"));
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn reviews_are_discoverable() {
+        // Discovery reads no objects: an etcd that is never reached will do.
+        let cfg = EtcdConfig { servers: vec!["http://127.0.0.1:1".into()], ..Default::default() };
+        let etcd = Etcd::connect(&cfg).unwrap();
+        let registry = Registry::new(&etcd, "/registry", crate::registry::resources::all(), true);
+        let list = body(&registry, "/apis/authorization.k8s.io/v1", "").await;
+        let names: Vec<&str> =
+            list["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "localsubjectaccessreviews",
+                "selfsubjectaccessreviews",
+                "selfsubjectrulesreviews",
+                "subjectaccessreviews"
+            ]
+        );
+        let local = &list["resources"][0];
+        assert_eq!((local["namespaced"].as_bool(), local["verbs"].clone()), (Some(true), json!(["create"])));
+        let authn = body(&registry, "/apis/authentication.k8s.io/v1", "").await;
+        assert_eq!(authn["resources"][1]["kind"], "TokenReview");
+        let groups = body(&registry, "/apis", "").await;
+        let group_names: Vec<&str> =
+            groups["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
+        assert!(
+            group_names.contains(&"authorization.k8s.io") && group_names.contains(&"authentication.k8s.io")
+        );
+        let agg =
+            body(&registry, "/apis", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+                .await;
+        let authz = agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "authorization.k8s.io")
+            .unwrap();
+        let rules = authz["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "selfsubjectrulesreviews")
+            .unwrap();
+        assert_eq!(rules["scope"], "Cluster");
+        assert_eq!(rules["responseKind"]["kind"], "SelfSubjectRulesReview");
     }
 }

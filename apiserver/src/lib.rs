@@ -91,6 +91,7 @@ impl Running {
 }
 
 pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartError> {
+    let audit = audit::Auditor::new(&cfg.audit).map_err(StartError::Config)?;
     let etcd = Etcd::connect(&cfg.etcd).map_err(StartError::Config)?;
     let metrics = Arc::new(metrics::Metrics::new());
     {
@@ -99,6 +100,20 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
     }
     let registry =
         Arc::new(Registry::new(&etcd, &cfg.etcd_prefix, registry::resources::all(), cfg.watch_cache));
+    // Encryption at rest goes in before anything reads or writes (the caches start next).
+    let stores = registry
+        .stores
+        .iter()
+        .map(|s| {
+            (s.prefix.clone(), encryption::config::GroupResource::new(s.res.info.group, s.res.info.plural))
+        })
+        .collect();
+    if let Some(enc) = encryption::Encryption::new(&cfg.encryption, stores).map_err(StartError::Config)? {
+        etcd.set_transformer(enc.clone());
+        if cfg.encryption.encryption_provider_config_automatic_reload {
+            tokio::spawn(enc.reload_forever());
+        }
+    }
     registry.start_caches();
     metrics.register_storage(registry.clone());
     for s in &registry.stores {
@@ -119,12 +134,11 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
     bootstrap::run(&registry, &services, cfg.advertise, cfg.listen.port())
         .await
         .map_err(|e| StartError::Bootstrap(e.to_string()))?;
+    authz::bootstrap_policy::reconcile(&registry).await.map_err(|e| StartError::Bootstrap(e.to_string()))?;
 
     let tls = tls::serving_config(&cfg).map_err(StartError::Config)?;
-    let authn = authn::Authenticator::new(
-        cfg.authentication.token_auth_file.as_deref(),
-        cfg.authentication.anonymous_auth,
-    )
+    let serving_key = tls::serving_files(&cfg).1;
+    let authn = authn::Authenticator::new(&cfg.authentication, registry.clone(), Some(&serving_key))
         .map_err(StartError::Config)?;
     let authz = Arc::new(authz::Chain::new(&cfg.authorization, &registry).map_err(StartError::Config)?);
     let admission = Arc::new(admission::Chain::new(&cfg.admission, &registry).map_err(StartError::Config)?);
@@ -143,6 +157,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         etcd,
         services,
         openapi: Arc::new(openapi::OpenApi::new(&registry)),
+        audit,
     });
     {
         let registry = registry.clone();

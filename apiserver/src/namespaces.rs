@@ -16,10 +16,20 @@ fn meta_finalizers(ns: &Value) -> Vec<Value> {
 }
 
 pub async fn delete(store: &Store, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+    let mut admitted = false;
     for _ in 0..5 {
         let (mut ns, rev) = store.get_fresh(None, name).await?;
         if spec_finalizers(&ns).is_empty() && meta_finalizers(&ns).is_empty() {
             return store.delete(None, name, opts).await;
+        }
+        // A namespace with finalizers is only marked, not deleted through `Store::delete`:
+        // admitted here (NamespaceLifecycle refuses deleting default, kube-system and
+        // kube-public).
+        if !admitted {
+            let op = crate::admission::Operation::Delete;
+            crate::admission::run(&store.res.info, op, None, None, name, None, Some(&ns), opts.dry_run)
+                .await?;
+            admitted = true;
         }
         if ns["metadata"]["deletionTimestamp"].is_null() {
             ns["metadata"]["deletionTimestamp"] = json!(now_rfc3339());

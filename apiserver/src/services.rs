@@ -240,7 +240,8 @@ impl Services {
         obj: Value,
         dry_run: bool,
     ) -> ApiResult<Value> {
-        let mut svc = store.prepare_create(ns, obj)?;
+        let svc = store.prepare_create(ns, obj)?;
+        let mut svc = store.admit(crate::admission::Operation::Create, None, svc, None, dry_run).await?;
         let (ips, ports) = self.reserve(&mut svc, None)?;
         if dry_run {
             self.unreserve(&ips, &ports);

@@ -1,22 +1,54 @@
 //! The serving certificate: `--tls-cert-file`/`--tls-private-key-file`, or, as upstream,
 //! a self-signed one generated (once) in `--cert-dir` for the names the server answers to.
+//!
+//! `--tls-min-version` and `--tls-cipher-suites` restrict the protocol versions and TLS 1.2
+//! suites. With `--client-ca-file` the handshake also asks clients for a certificate, without
+//! requiring one or judging its chain (see [`crate::authn::x509`]): the authenticator
+//! verifies it per request, so a bad certificate is an HTTP 401, as upstream.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::Config;
 
-pub fn serving_config(cfg: &Config) -> Result<Arc<rustls::ServerConfig>, String> {
-    let (cert, key) = match &cfg.tls {
+const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// The serving certificate and key files (the generated ones when none are given).
+pub fn serving_files(cfg: &Config) -> (PathBuf, PathBuf) {
+    match &cfg.tls {
         Some((c, k)) => (c.clone(), k.clone()),
-        None => {
-            let cert = cfg.cert_dir.join("apiserver.crt");
-            let key = cfg.cert_dir.join("apiserver.key");
-            generate(cfg, &cert, &key)?;
-            (cert, key)
-        }
+        None => (cfg.cert_dir.join("apiserver.crt"), cfg.cert_dir.join("apiserver.key")),
+    }
+}
+
+/// The server's TLS configuration: the serving certificate, `--tls-min-version` and
+/// `--tls-cipher-suites` ([`component_base::tls::Policy`]), and with `--client-ca-file` a
+/// request for client certificates.
+pub fn serving_config(cfg: &Config) -> Result<Arc<rustls::ServerConfig>, String> {
+    let (cert, key) = serving_files(cfg);
+    if cfg.tls.is_none() {
+        generate(cfg, &cert, &key)?;
+    }
+    let policy = component_base::tls::Policy {
+        min_version: cfg.tls_min_version.clone(),
+        cipher_suites: cfg.tls_cipher_suites.clone(),
     };
-    component_base::tls::server_config(&cert, &key, None, false, &[b"h2", b"http/1.1"])
-        .map_err(|e| e.to_string())
+    let certs = component_base::tls::load_certs(&cert).map_err(|e| e.to_string())?;
+    let private_key = component_base::tls::load_private_key(&key).map_err(|e| e.to_string())?;
+    let builder = rustls::ServerConfig::builder_with_provider(policy.provider().map_err(|e| e.to_string())?)
+        .with_protocol_versions(policy.versions().map_err(|e| e.to_string())?)
+        .map_err(|e| format!("TLS protocol versions: {e}"))?;
+    let builder = match &cfg.authentication.client_ca_file {
+        Some(ca) => {
+            builder.with_client_cert_verifier(Arc::new(crate::authn::x509::RequestClientCert::from_file(ca)?))
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, private_key)
+        .map_err(|e| format!("certificate {} with key {}: {e}", cert.display(), key.display()))?;
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
 }
 
 fn generate(cfg: &Config, cert: &std::path::Path, key: &std::path::Path) -> Result<(), String> {

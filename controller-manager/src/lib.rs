@@ -12,6 +12,7 @@
 //! - Leader election on the `kube-system/kube-controller-manager` Lease comes from
 //!   component-base; controllers start only once this replica leads.
 
+pub mod clientbuilder;
 pub mod controller;
 pub mod controllers;
 pub mod events;
@@ -43,6 +44,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("controller credentials: {0}")]
+    Credentials(#[from] clientbuilder::Error),
     #[error("serving: {0}")]
     Serve(String),
     #[error("starting {name}: {source}")]
@@ -127,7 +130,35 @@ async fn run_controllers(
         shutdown: shutdown.clone(),
         root_ca,
     };
+    let accounts = if opts.use_service_account_credentials {
+        let config =
+            component_base::client::config_from_flags(opts.kubeconfig.as_deref(), opts.master.as_deref())
+                .await?;
+        let b = clientbuilder::ServiceAccountClients::new(
+            ctx.client.clone(),
+            config,
+            opts.kube_api_qps,
+            opts.kube_api_burst,
+            shutdown.clone(),
+        )
+        .map_err(|e| Error::Serve(format!("token directory: {e}")))?;
+        Some(b)
+    } else {
+        None
+    };
     for name in &opts.controllers {
+        let ctx = match &accounts {
+            Some(b) => {
+                let account = controllers::service_account(name).unwrap_or(name);
+                let client = b.client(account).await?;
+                controller::Context {
+                    client: client.clone(),
+                    recorder: events::Recorder::start(client),
+                    ..ctx.clone()
+                }
+            }
+            None => ctx.clone(),
+        };
         controllers::start(&ctx, name).map_err(|source| Error::Start { name: name.to_string(), source })?;
         tracing::info!(controller = name, "started");
     }

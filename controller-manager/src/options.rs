@@ -55,6 +55,9 @@ pub struct Flags {
     pub tls_cert_file: Option<PathBuf>,
     #[arg(long)]
     pub tls_private_key_file: Option<PathBuf>,
+    /// If true, use individual service account credentials for each controller.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub use_service_account_credentials: bool,
     /// QPS to use while talking with kubernetes apiserver.
     #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f32,
@@ -157,6 +160,7 @@ pub struct Options {
     pub secure_port: u16,
     pub cert_dir: PathBuf,
     pub tls: Option<(PathBuf, PathBuf)>,
+    pub use_service_account_credentials: bool,
     pub kube_api_qps: f32,
     pub kube_api_burst: u32,
     pub concurrent_deployment_syncs: usize,
@@ -224,6 +228,7 @@ impl Flags {
             secure_port: self.secure_port,
             cert_dir: self.cert_dir,
             tls,
+            use_service_account_credentials: self.use_service_account_credentials,
             kube_api_qps: self.kube_api_qps,
             kube_api_burst: self.kube_api_burst,
             concurrent_deployment_syncs: self.concurrent_deployment_syncs,

@@ -51,6 +51,7 @@ impl KubeApiserver {
             .arg(format!("--secure-port={port}"))
             .arg(format!("--cert-dir={}", certs.display()))
             .arg(format!("--token-auth-file={}", tokens.display()))
+            .args(default_admission(extra_args))
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -159,5 +160,20 @@ impl Drop for KubeApiserver {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// Tests that do not choose admission plugins run without ServiceAccount and
+/// TaintNodesByCondition, as upstream's integration test servers do: no
+/// serviceaccount controller makes `default` accounts for their pods, and no node
+/// lifecycle controller lifts the not-ready taint from their Node objects.
+fn default_admission(extra_args: &[&str]) -> Vec<&'static str> {
+    let chooses = extra_args
+        .iter()
+        .any(|a| a.starts_with("--disable-admission-plugins") || a.starts_with("--enable-admission-plugins"));
+    if chooses {
+        Vec::new()
+    } else {
+        vec!["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]
     }
 }

@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod apiserver;
+pub mod certs;
 pub mod cluster;
 pub mod component;
 pub mod fake_kubelet;
 pub mod netns;
 pub mod pki;
+pub mod webhook;
 
 /// Debian's etcdctl 3.4: the client whose behaviour the tests hold our server to.
 pub const ETCDCTL: &str = "/usr/bin/etcdctl";

@@ -9,16 +9,25 @@
 //! request scope and are not admitted, as upstream's internal loopback writes are
 //! admitted only through the loopback client.
 //!
-//! - [`options`]: `--enable-admission-plugins`, `--disable-admission-plugins`.
+//! - [`options`]: `--enable-admission-plugins`, `--disable-admission-plugins`,
+//!   `--admission-control-config-file` and the plugins' own flags.
+//! - [`config`]: the `AdmissionConfiguration` file (per-plugin configuration).
+//! - [`plugins`]: upstream's ordered plugin list, the default-on set and the factory; one
+//!   module per built-in plugin under `plugins/`.
+//! - [`lookup`]: how plugins read other objects (the watch cache, then etcd).
 
+pub mod config;
+pub mod lookup;
 pub mod options;
+pub mod plugins;
+pub mod webhook;
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::authn::User;
-use crate::errors::ApiResult;
+use crate::errors::{ApiError, ApiResult};
 use crate::registry::Registry;
 use crate::registry::resource::ResourceInfo;
 
@@ -57,6 +66,48 @@ pub struct Attributes<'a> {
     pub dry_run: bool,
 }
 
+impl Attributes<'_> {
+    /// Whether the write is to `group`/`plural` itself (not a subresource).
+    pub fn is(&self, group: &str, plural: &str) -> bool {
+        self.subresource.is_none() && self.is_resource(group, plural)
+    }
+
+    /// Whether the write is to `group`/`plural` or one of its subresources.
+    pub fn is_resource(&self, group: &str, plural: &str) -> bool {
+        self.resource.group == group && self.resource.plural == plural
+    }
+
+    /// The name errors show (upstream's `extractResourceName`): the request's, else the
+    /// object's name or `generateName`.
+    pub fn display_name(&self) -> String {
+        if !self.name.is_empty() {
+            return self.name.to_string();
+        }
+        let Some(obj) = &self.object else { return "Unknown".into() };
+        let meta = &obj["metadata"];
+        [&meta["name"], &meta["generateName"]]
+            .iter()
+            .filter_map(|v| v.as_str())
+            .find(|s| !s.is_empty())
+            .unwrap_or("Unknown")
+            .to_string()
+    }
+}
+
+/// Upstream's `admission.NewForbidden`: `<resource>[.<group>] "<name>" is forbidden:
+/// <reason>` (403), with the name, group and resource in the details.
+pub fn forbidden(attrs: &Attributes<'_>, reason: impl std::fmt::Display) -> ApiError {
+    let name = attrs.display_name();
+    let resource = crate::errors::qualified(attrs.resource.plural, attrs.resource.group);
+    let mut err = ApiError::forbidden(format!("{resource} \"{name}\" is forbidden: {reason}"));
+    let mut details = serde_json::json!({ "name": name, "kind": attrs.resource.plural });
+    if !attrs.resource.group.is_empty() {
+        details["group"] = serde_json::json!(attrs.resource.group);
+    }
+    err.details = Some(details);
+    err
+}
+
 /// One admission plugin. A plugin implements the passes it takes part in.
 #[async_trait::async_trait]
 pub trait Plugin: Send + Sync {
@@ -83,11 +134,13 @@ pub struct Chain {
 impl Chain {
     /// Upstream's default-on plugins plus `--enable-admission-plugins`, less
     /// `--disable-admission-plugins`, in upstream's order.
-    pub fn new(opts: &options::Options, _registry: &Arc<Registry>) -> Result<Self, String> {
-        if let Some(p) = opts.enable_admission_plugins.iter().find(|p| !p.is_empty()) {
-            return Err(format!("--enable-admission-plugins: unknown admission plugin {p:?}"));
-        }
-        Ok(Self::default())
+    pub fn new(opts: &options::Options, registry: &Arc<Registry>) -> Result<Self, String> {
+        Ok(Self { plugins: plugins::chain(opts, registry)? })
+    }
+
+    /// The enabled plugins' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.name()).collect()
     }
 
     /// Runs every mutating pass, then every validating one.

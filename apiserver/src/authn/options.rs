@@ -1,14 +1,193 @@
 //! The authentication flags, with upstream's names and defaults
-//! (`BuiltInAuthenticationOptions`).
+//! (`BuiltInAuthenticationOptions`, `ClientCertAuthenticationOptions`, and the
+//! service-account signing flags of the server run options).
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+fn go_duration(s: &str) -> Result<Duration, String> {
+    component_base::duration::parse(s)
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Options {
-    /// If set, the file that will be used to secure the secure port of the API server via token authentication.
+    /// If set, the file that will be used to secure the secure port of the API server via token
+    /// authentication.
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
-    /// Enables anonymous requests to the secure port of the API server.
+    /// Enables anonymous requests to the secure port of the API server. Requests that are not rejected by
+    /// another authentication method are treated as anonymous requests. Anonymous requests have a username of
+    /// system:anonymous, and a group name of system:unauthenticated.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,
+    /// If set, any request presenting a client certificate signed by one of the authorities in the client-ca-
+    /// file is authenticated with an identity corresponding to the CommonName of the client certificate.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Enable to allow secrets of type 'bootstrap.kubernetes.io/token' in the 'kube-system' namespace to be
+    /// used for TLS bootstrapping authentication.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub enable_bootstrap_token_auth: bool,
+    /// File containing PEM-encoded x509 RSA or ECDSA private or public keys, used to verify ServiceAccount
+    /// tokens. The specified file can contain multiple keys, and the flag can be specified multiple times
+    /// with different files. If unspecified, --tls-private-key-file is used.
+    #[arg(long = "service-account-key-file")]
+    pub service_account_key_files: Vec<PathBuf>,
+    /// Path to the file that contains the current private key of the service account token issuer. The issuer
+    /// will sign issued ID tokens with this private key.
+    #[arg(long)]
+    pub service_account_signing_key_file: Option<PathBuf>,
+    /// Identifier of the service account token issuer. The issuer will assert this identifier in "iss" claim
+    /// of issued tokens. When this flag is specified multiple times, the first is used to generate tokens and
+    /// all are used to determine which issuers are accepted.
+    #[arg(long = "service-account-issuer")]
+    pub service_account_issuers: Vec<String>,
+    /// Identifiers of the API. The service account token authenticator will validate that tokens used against
+    /// the API are bound to at least one of these audiences. If the --service-account-issuer flag is
+    /// configured and this flag is not, this field defaults to a single element list containing the issuer
+    /// URL.
+    #[arg(long = "api-audiences", value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
+    /// The maximum validity duration of a token created by the service account token issuer. If an otherwise
+    /// valid TokenRequest with a validity duration larger than this value is requested, a token will be
+    /// issued with a validity duration of this value.
+    #[arg(long, value_parser = go_duration, default_value = "0s")]
+    pub service_account_max_token_expiration: Duration,
+    /// If true, validate ServiceAccount tokens exist in etcd as part of authentication.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub service_account_lookup: bool,
+    /// Turns on projected service account expiration extension during token generation, which helps safe
+    /// transition from legacy token to bound service account token feature. If this flag is enabled,
+    /// admission injected tokens would be extended up to 1 year to prevent unexpected failure during
+    /// transition, ignoring value of service-account-max-token-expiration.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub service_account_extend_token_expiration: bool,
+}
+
+/// `--service-account-max-token-expiration`, when set, lies in [1 h, 2^32 s].
+const MIN_MAX_EXPIRATION: Duration = Duration::from_secs(3600);
+const MAX_MAX_EXPIRATION: Duration = Duration::from_secs(1 << 32);
+
+impl Options {
+    /// `--api-audiences`, defaulting to the issuers.
+    pub fn api_audiences(&self) -> Vec<String> {
+        if self.api_audiences.is_empty() {
+            self.service_account_issuers.clone()
+        } else {
+            self.api_audiences.clone()
+        }
+    }
+
+    /// Upstream's checks of these flags (its `Validate` and `validateTokenRequest`).
+    /// Unlike upstream, the TokenRequest flags may all be left out: the server then has
+    /// no `serviceaccounts/token` and verifies no bound tokens.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for issuer in &self.service_account_issuers {
+            if issuer.is_empty() {
+                errors.push("service-account-issuer should not be an empty string".to_string());
+            } else if issuer.contains(':') && url::Url::parse(issuer).is_err() {
+                errors.push(format!(
+                    "service-account-issuer {issuer:?} contained a ':' but was not a valid URL"
+                ));
+            } else if !seen.insert(issuer) {
+                errors.push(format!("service-account-issuer {issuer:?} is already specified"));
+            }
+        }
+        let attempted = self.service_account_signing_key_file.is_some()
+            || self.service_account_issuers.first().is_some_and(|i| !i.is_empty())
+            || !self.api_audiences.is_empty();
+        let complete = self.service_account_signing_key_file.is_some()
+            && self.service_account_issuers.first().is_some_and(|i| !i.is_empty());
+        if attempted && !complete {
+            errors.push(
+                "--service-account-signing-key-file, --service-account-issuer, and --api-audiences should be specified together"
+                    .to_string(),
+            );
+        }
+        let max = self.service_account_max_token_expiration;
+        if !max.is_zero() && !(MIN_MAX_EXPIRATION..=MAX_MAX_EXPIRATION).contains(&max) {
+            errors.push(
+                "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
+                    .to_string(),
+            );
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(format!("[{}]", errors.join(", "))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        opts: Options,
+    }
+
+    fn parse(args: &[&str]) -> Options {
+        Flags::try_parse_from(std::iter::once("kube-apiserver").chain(args.iter().copied())).unwrap().opts
+    }
+
+    #[test]
+    fn defaults_and_repeated_flags() {
+        let o = parse(&[]);
+        assert!(o.anonymous_auth && o.service_account_lookup && o.service_account_extend_token_expiration);
+        assert!(!o.enable_bootstrap_token_auth);
+        assert!(o.service_account_max_token_expiration.is_zero());
+        assert!(o.validate().is_ok());
+
+        let o = parse(&[
+            "--service-account-issuer=https://a",
+            "--service-account-issuer=https://b",
+            "--service-account-key-file=/k1",
+            "--service-account-key-file=/k2",
+            "--service-account-signing-key-file=/s",
+            "--service-account-max-token-expiration=24h",
+            "--service-account-lookup=false",
+            "--enable-bootstrap-token-auth",
+        ]);
+        assert_eq!(o.service_account_issuers, vec!["https://a", "https://b"]);
+        assert_eq!(o.service_account_key_files.len(), 2);
+        assert_eq!(o.api_audiences(), vec!["https://a", "https://b"]);
+        assert_eq!(o.service_account_max_token_expiration, Duration::from_secs(86400));
+        assert!(!o.service_account_lookup && o.enable_bootstrap_token_auth);
+        assert!(o.validate().is_ok());
+        assert_eq!(
+            parse(&[
+                "--api-audiences=x,y",
+                "--service-account-issuer=i",
+                "--service-account-signing-key-file=/s"
+            ])
+            .api_audiences(),
+            vec!["x", "y"]
+        );
+    }
+
+    #[test]
+    fn incomplete_or_bad_settings_are_refused() {
+        let e = parse(&["--service-account-issuer=https://a"]).validate().unwrap_err();
+        assert!(e.contains("should be specified together"), "{e}");
+        assert!(parse(&["--service-account-signing-key-file=/s"]).validate().is_err());
+        let bad_max = parse(&[
+            "--service-account-issuer=i",
+            "--service-account-signing-key-file=/s",
+            "--service-account-max-token-expiration=10m",
+        ]);
+        assert!(bad_max.validate().unwrap_err().contains("between 1 hour and 2^32 seconds"));
+        let dup = parse(&[
+            "--service-account-issuer=i",
+            "--service-account-issuer=i",
+            "--service-account-signing-key-file=/s",
+        ]);
+        assert!(dup.validate().unwrap_err().contains("already specified"));
+    }
 }

@@ -61,6 +61,8 @@ pub struct Api {
     pub etcd: crate::storage::etcd3::Etcd,
     pub services: Arc<crate::services::Services>,
     pub openapi: Arc<OpenApi>,
+    /// `--audit-*`: None when nothing is recorded.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
@@ -253,12 +255,40 @@ fn is_dry_run(q: &Query, body: &Value) -> bool {
 }
 
 impl Api {
+    /// Serves one request: dispatch (inside the request's audit scope, see
+    /// [`crate::audit`]), metrics, the audit events of the response, the `Audit-Id` header.
+    /// A panicking handler is answered with upstream's 500 instead of taking the
+    /// connection down.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<BoxBody> {
+        use futures::FutureExt;
         let start = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_string();
-        let (resp, labels) = self.dispatch(req).await;
-        let resp = resp.unwrap_or_else(|e| error_response(&e));
+        let audit_id = crate::audit::request_id(req.headers());
+        // What auditing needs after `dispatch` consumed the request: the headers and
+        // connection, to tell who called the paths served without authentication.
+        let audit = self.audit.as_ref().map(|a| {
+            let conn = req.extensions().get::<component_base::http::ConnectionInfo>().cloned();
+            (a.begin(&req, audit_id.to_str().unwrap_or_default()), req.headers().clone(), conn)
+        });
+        let run = crate::audit::scope(audit.as_ref().map(|a| a.0.clone()), self.dispatch(req));
+        let (resp, labels, failure, panicked) = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            Ok((Ok(r), labels)) => (r, labels, None, false),
+            Ok((Err(e), labels)) => (error_response(&e), labels, Some(e), false),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(%method, path, "request panicked: {message}");
+                if let Some((a, ..)) = &audit {
+                    a.panicked(&message).await;
+                }
+                let text = "This request caused apiserver to panic. Look in the logs for details.";
+                (full(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", text), None, None, true)
+            }
+        };
         if let Some((verb, group, resource, subresource)) = labels {
             self.metrics.observe(
                 &verb,
@@ -269,6 +299,25 @@ impl Api {
                 start.elapsed(),
             );
         }
+        let mut resp = match audit {
+            Some((a, headers, conn)) if !panicked => {
+                if !a.has_user() && resp.status() != StatusCode::UNAUTHORIZED {
+                    // Health and version are served without authentication; they are
+                    // audited as whoever presented the credentials (else anonymous).
+                    let user = self.authn.authenticate(&headers, conn.as_ref()).unwrap_or_else(|_| {
+                        crate::authn::User {
+                            name: crate::authn::names::ANONYMOUS.into(),
+                            groups: vec![crate::authn::names::ALL_UNAUTHENTICATED.into()],
+                            ..Default::default()
+                        }
+                    });
+                    let _ = a.authenticated(&user).await;
+                }
+                a.finish(resp, failure.as_ref()).await
+            }
+            _ => resp,
+        };
+        resp.headers_mut().insert(http::HeaderName::from_static(crate::audit::AUDIT_ID_HEADER), audit_id);
         tracing::debug!(%method, path, status = resp.status().as_u16(), took = ?start.elapsed(), "request");
         resp
     }
@@ -287,20 +336,37 @@ impl Api {
             }
             _ => {}
         }
-        let user = match self.authn.authenticate(req.headers()) {
+        let conn = req.extensions().get::<component_base::http::ConnectionInfo>();
+        let user = match self.authn.authenticate(req.headers(), conn) {
             Ok(u) => u,
             Err(e) => {
                 discard_body(req.into_body());
                 return (Err(e), None);
             }
         };
+        // Audit: the policy level follows the authenticated user; RequestReceived is
+        // written here (a failed write fails the request only in blocking-strict mode).
+        if let Err(e) = crate::audit::authenticated(&user).await {
+            discard_body(req.into_body());
+            return (Err(e), None);
+        }
         let q = query_of(req.uri());
         let info = request::parse(req.method(), &path, flag(&q, "watch"));
         // Impersonation (Impersonate-* headers) replaces `user` here, before authorization.
-        let attrs = crate::authz::attributes(&user, info.as_ref(), req.method(), &path);
-        if let Err(e) = self.authz.check(&attrs) {
+        let user = match crate::authz::impersonation::impersonate(&self.authz, user, req.headers()).await {
+            Ok(u) => u,
+            Err(e) => {
+                discard_body(req.into_body());
+                return (Err(e), None);
+            }
+        };
+        let attrs = crate::authz::attributes(&user, info.as_ref(), req.method(), &path, &q);
+        // `Chain::check`, with the decision also given to the audit log.
+        let decision = self.authz.authorize(&attrs).await;
+        crate::audit::authorized(&attrs.user, &decision);
+        if !decision.allowed() {
             discard_body(req.into_body());
-            return (Err(e), None);
+            return (Err(crate::authz::forbidden(&attrs, decision.reason())), None);
         }
         let scope = Arc::new(crate::context::RequestScope {
             user,
@@ -400,7 +466,9 @@ impl Api {
                 ApiError::bad_request(format!("reading the request body: {e}"))
             }
         })?;
-        Ok((parts.headers, bytes.to_bytes()))
+        let bytes = bytes.to_bytes();
+        crate::audit::request_body(&parts.headers, &bytes);
+        Ok((parts.headers, bytes))
     }
 
     async fn resource(
@@ -557,36 +625,18 @@ impl Api {
         }
     }
 
-    /// Objects may only be created in a namespace that exists and is not terminating.
+    /// Objects may only be created in a namespace that exists and is not terminating. The
+    /// NamespaceLifecycle admission plugin checks every write the store admits
+    /// ([`crate::admission::plugins::namespace_lifecycle`]); Services are created without
+    /// the admission chain ([`crate::services`]), so theirs is checked here, when the plugin
+    /// is enabled.
     pub async fn check_namespace(&self, store: &Store, ns: Option<&str>) -> ApiResult<()> {
         let Some(ns) = ns.filter(|_| store.res.info.namespaced) else { return Ok(()) };
-        let namespaces = self.registry.core("namespaces");
-        match namespaces.get(None, ns, Some(0)).await {
-            Ok(n)
-                if !n["metadata"]["deletionTimestamp"].is_null() || n["status"]["phase"] == "Terminating" =>
-            {
-                let message = format!(
-                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    store.res.info.plural, "",
-                );
-                let mut err = ApiError::forbidden(message.clone());
-                // The cause controllers look for to tell this apart from other refusals.
-                err.details = Some(serde_json::json!({
-                    "name": ns,
-                    "kind": "namespaces",
-                    "causes": [{"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}],
-                }));
-                Err(err)
-            }
-            Ok(_) => Ok(()),
-            Err(_) => {
-                // The cache may lag a namespace created a moment ago: ask etcd.
-                match namespaces.get_fresh(None, ns).await {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(ApiError::not_found("namespaces", "", ns)),
-                }
-            }
+        if store.res.info.kind != "Service" || !self.admission.names().contains(&"NamespaceLifecycle") {
+            return Ok(());
         }
+        let namespaces = self.registry.core("namespaces");
+        crate::admission::plugins::namespace_lifecycle::check_create(&namespaces, &store.res.info, ns).await
     }
 }
 

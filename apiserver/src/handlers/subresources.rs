@@ -1,6 +1,7 @@
 //! Subresources: `status` (only status changes), `scale` (the replica count of workload
-//! resources, as an autoscaling/v1 Scale), `pods/binding` (the scheduler's placement) and
-//! `namespaces/finalize` (the namespace controller's last step).
+//! resources, as an autoscaling/v1 Scale), `pods/binding` (the scheduler's placement),
+//! `namespaces/finalize` (the namespace controller's last step) and `serviceaccounts/token`
+//! (the TokenRequest API, [`crate::authn::serviceaccount::token_request`]).
 
 use http::{Request, StatusCode};
 use hyper::body::Incoming;
@@ -9,6 +10,7 @@ use serde_json::{Value, json};
 use super::codec::{self, Output};
 use super::request::RequestInfo;
 use super::{Api, BoxBody, Query, body_of, respond_with, rv_of};
+use crate::authn::serviceaccount::token_request;
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::store::Store;
 
@@ -112,6 +114,24 @@ pub async fn handle(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        // The TokenRequest API exists only with a signing key and issuer, as upstream.
+        // (The body is read first: answering before it makes HTTP/2 clients drop the reply.)
+        ("token", _) if api.authn.issuer().is_none() => {
+            let path = req.uri().path().to_string();
+            body_of(req).await?;
+            Err(ApiError::no_route(&path))
+        }
+        ("token", "create") => {
+            let issuer = api.authn.issuer().cloned().ok_or_else(|| ApiError::no_route(req.uri().path()))?;
+            let (headers, body) = body_of(req).await?;
+            let request = codec::decode(&headers, &body)?;
+            let ns = ns.unwrap_or_default();
+            let dry = super::dry_run(&q);
+            let out = token_request::create(&issuer, &api.registry, ns, &name, &request, dry).await?;
+            let output = if output == Output::Table { Output::Json } else { output };
+            let (ct, bytes) = codec::encode(&out, output);
+            Ok(super::full(StatusCode::CREATED, ct, bytes))
         }
         ("finalize", "update") => {
             let (headers, body) = body_of(req).await?;

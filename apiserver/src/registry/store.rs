@@ -606,7 +606,7 @@ impl Store {
     /// Passes a create or update of the current request through admission (see
     /// [`crate::admission`]). An object a mutating plugin changed is defaulted and
     /// validated again, so nothing invalid is stored whoever changed it.
-    async fn admit(
+    pub(crate) async fn admit(
         &self,
         op: Operation,
         subresource: Option<&str>,
@@ -614,16 +614,27 @@ impl Store {
         old: Option<&Value>,
         dry_run: bool,
     ) -> ApiResult<Value> {
+        if subresource.is_none() {
+            crate::authz::escalation::check(&self.res.info, op, &obj, old).await?;
+        }
         if crate::context::current().is_none_or(|s| s.admission.is_none()) {
             return Ok(obj);
         }
         let ns = meta(&obj)["namespace"].as_str().map(str::to_string);
         let name = name_of(&obj).to_string();
         let before = obj.clone();
-        let mut obj =
-            crate::admission::run(&self.res.info, op, subresource, ns.as_deref(), &name, Some(obj), old, dry_run)
-                .await?
-                .unwrap_or(before.clone());
+        let mut obj = crate::admission::run(
+            &self.res.info,
+            op,
+            subresource,
+            ns.as_deref(),
+            &name,
+            Some(obj),
+            old,
+            dry_run,
+        )
+        .await?
+        .unwrap_or(before.clone());
         if obj != before {
             self.res.hooks.default(&mut obj);
             let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
@@ -695,8 +706,17 @@ impl Store {
         for _ in 0..UPDATE_RETRIES {
             let (mut obj, rev) = self.get_fresh(ns, name).await?;
             if !admitted {
-                crate::admission::run(&self.res.info, Operation::Delete, None, ns, name, None, Some(&obj), opts.dry_run)
-                    .await?;
+                crate::admission::run(
+                    &self.res.info,
+                    Operation::Delete,
+                    None,
+                    ns,
+                    name,
+                    None,
+                    Some(&obj),
+                    opts.dry_run,
+                )
+                .await?;
                 admitted = true;
             }
             if let Some(uid) = &opts.precondition_uid

@@ -1,6 +1,11 @@
 //! The etcd v3 client the API server stores everything through: reads, optimistic writes
 //! guarded by `mod_revision`, and watches. Objects are JSON; an object's
 //! `resourceVersion` is the etcd `mod_revision` of its key.
+//!
+//! Every value crosses the [`ValueTransformer`] here and nowhere else: written values on
+//! their way into a put, read values as they come out of a range, a failed transaction or
+//! a watch event. A value that does not transform back fails the read (the object is
+//! unreadable: a 500 above), it is never handed up as if it were the object.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +21,8 @@ use proto::etcdserverpb::{
 use proto::mvccpb::event::EventType;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::value::{Slot, TransformError, ValueTransformer};
 
 /// Largest value etcd accepts by default (`--max-request-bytes`, 1.5 MiB), less room for
 /// the request around it: larger objects are refused before they reach etcd.
@@ -135,6 +142,9 @@ pub struct Etcd {
     watch: WatchClient<Channel>,
     /// Observed request durations, for etcd_request_duration_seconds.
     pub observe: Arc<Mutex<Option<Observer>>>,
+    /// What values pass through on their way to and from etcd (encryption at rest); shared
+    /// by every clone, so it can be set once the stores exist.
+    transformer: Slot,
 }
 
 /// Called with the operation and duration of every etcd request.
@@ -193,7 +203,14 @@ impl Etcd {
             kv: KvClient::new(channel.clone()).max_decoding_message_size(limit),
             watch: WatchClient::new(channel).max_decoding_message_size(limit),
             observe: Arc::new(Mutex::new(None)),
+            transformer: Slot::default(),
         })
+    }
+
+    /// Routes every value written and read from now on through `t` (for all clones).
+    /// Set it before anything reads: values written before are read through it too.
+    pub fn set_transformer(&self, t: Arc<dyn ValueTransformer>) {
+        *self.transformer.write() = Some(t);
     }
 
     fn timed<T>(&self, op: &str, start: std::time::Instant, r: T) -> T {
@@ -220,11 +237,21 @@ impl Etcd {
         let mut kv = self.kv.clone();
         let req = RangeRequest { key: key.as_bytes().to_vec(), ..Default::default() };
         let resp = self.call("get", async move { kv.range(req).await }).await?.into_inner();
-        Ok(resp.kvs.into_iter().next().map(|k| Kv {
-            key: String::from_utf8_lossy(&k.key).into_owned(),
-            value: k.value,
-            mod_revision: k.mod_revision,
-        }))
+        let t = self.transformer();
+        resp.kvs
+            .into_iter()
+            .next()
+            .map(|k| {
+                let key = String::from_utf8_lossy(&k.key).into_owned();
+                let value = from_storage(t.as_deref(), &key, k.value)?;
+                Ok(Kv { key, value, mod_revision: k.mod_revision })
+            })
+            .transpose()
+    }
+
+    /// The transformer in use, if any (cloned out so no lock is held across awaits).
+    fn transformer(&self) -> Option<Arc<dyn ValueTransformer>> {
+        self.transformer.read().clone()
     }
 
     /// Every key under `prefix` at revision `rev` (0: the current one), read in pages;
@@ -252,15 +279,16 @@ impl Etcd {
         let resp = self.call("list", async move { kv.range(req).await }).await?.into_inner();
         let revision = if rev == 0 { resp.header.as_ref().map_or(0, |h| h.revision) } else { rev };
         let next = resp.more.then(|| resp.kvs.last().map(|k| [k.key.as_slice(), &[0]].concat())).flatten();
+        let t = self.transformer();
         let kvs = resp
             .kvs
             .into_iter()
-            .map(|k| Kv {
-                key: String::from_utf8_lossy(&k.key).into_owned(),
-                value: k.value,
-                mod_revision: k.mod_revision,
+            .map(|k| {
+                let key = String::from_utf8_lossy(&k.key).into_owned();
+                let value = from_storage(t.as_deref(), &key, k.value)?;
+                Ok(Kv { key, value, mod_revision: k.mod_revision })
             })
-            .collect();
+            .collect::<StorageResult<_>>()?;
         Ok(Page { kvs, revision, next })
     }
 
@@ -276,6 +304,8 @@ impl Etcd {
     /// Creates `key` only if it does not exist; returns the new revision.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
         check_size(&value)?;
+        let value = to_storage(self.transformer().as_deref(), key, value)?;
+        check_size(&value)?;
         let cmp = compare_create_revision(key, 0);
         let put = put_op(key, value);
         let (ok, rev, _) = self.txn(vec![cmp], vec![put], Vec::new()).await?;
@@ -288,6 +318,8 @@ impl Etcd {
     /// Replaces `key` if it is still at `expected` (its mod revision); returns the new
     /// revision, or the current object on conflict.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+        check_size(&value)?;
+        let value = to_storage(self.transformer().as_deref(), key, value)?;
         check_size(&value)?;
         let cmp = compare_mod_revision(key, expected);
         let (ok, rev, current) = self.txn(vec![cmp], vec![put_op(key, value)], vec![get_op(key)]).await?;
@@ -325,11 +357,13 @@ impl Etcd {
         let rev = resp.header.map_or(0, |h| h.revision);
         let mut current = None;
         if !resp.succeeded {
+            let t = self.transformer();
             for r in resp.responses {
                 if let Some(response_op::Response::ResponseRange(rr)) = r.response
                     && let Some(k) = rr.kvs.into_iter().next()
                 {
-                    current = Some((k.value, k.mod_revision));
+                    let key = String::from_utf8_lossy(&k.key);
+                    current = Some((from_storage(t.as_deref(), &key, k.value)?, k.mod_revision));
                 }
             }
         }
@@ -357,6 +391,7 @@ impl Etcd {
             client.watch(tokio_stream::wrappers::ReceiverStream::new(req_rx)).await?.into_inner();
         let (tx, rx) = mpsc::channel(256);
         let requests = req_tx.clone();
+        let transformer = self.transformer.clone();
         tokio::spawn(async move {
             // Keep the request side open for as long as the watch runs.
             let _keep = req_tx;
@@ -388,27 +423,56 @@ impl Etcd {
                     }
                     continue;
                 }
+                let t = transformer.read().clone();
                 let changes = msg
                     .events
                     .into_iter()
                     .filter_map(|ev| {
                         let kv = ev.kv?;
                         let deleted = ev.r#type == EventType::Delete as i32;
-                        Some(Change {
-                            key: String::from_utf8_lossy(&kv.key).into_owned(),
-                            value: (!deleted).then_some(kv.value),
-                            prev_value: ev.prev_kv.map(|p| p.value),
-                            mod_revision: kv.mod_revision,
-                        })
+                        let key = String::from_utf8_lossy(&kv.key).into_owned();
+                        let value =
+                            if deleted { None } else { Some(from_storage(t.as_deref(), &key, kv.value)) };
+                        let prev_value = ev.prev_kv.map(|p| from_storage(t.as_deref(), &key, p.value));
+                        Some((key, value.transpose(), prev_value.transpose(), kv.mod_revision))
                     })
-                    .collect();
-                if tx.send(Ok(WatchItem::Changes(changes))).await.is_err() {
+                    .map(|(key, value, prev_value, mod_revision)| {
+                        Ok(Change { key, value: value?, prev_value: prev_value?, mod_revision })
+                    })
+                    .collect::<StorageResult<Vec<_>>>();
+                // A value that does not read back ends the watch with the error, as
+                // upstream's watcher does; the watch cache then re-lists.
+                let item = changes.map(WatchItem::Changes);
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
                     return;
                 }
             }
         });
         Ok(WatchStream { items: rx, requests })
     }
+}
+
+/// The value stored under `key`, through the transformer if there is one.
+fn from_storage(t: Option<&dyn ValueTransformer>, key: &str, data: Vec<u8>) -> StorageResult<Vec<u8>> {
+    match t {
+        None => Ok(data),
+        Some(t) => t.from_storage(key, data).map_err(|e| transform_error(key, &e)),
+    }
+}
+
+/// The bytes to store for `value` under `key`.
+fn to_storage(t: Option<&dyn ValueTransformer>, key: &str, value: Vec<u8>) -> StorageResult<Vec<u8>> {
+    match t {
+        None => Ok(value),
+        Some(t) => t.to_storage(key, value).map_err(|e| transform_error(key, &e)),
+    }
+}
+
+/// Upstream's wording (`unable to transform key ...`); an etcd-level error, so it
+/// reaches the client as a 500 InternalError.
+fn transform_error(key: &str, e: &TransformError) -> StorageError {
+    StorageError::Etcd(format!("unable to transform key {key:?}: {e}"))
 }
 
 fn check_size(value: &[u8]) -> StorageResult<()> {

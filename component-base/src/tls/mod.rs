@@ -88,6 +88,66 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Upstream's `--tls-min-version` and `--tls-cipher-suites` (Go's names: `VersionTLS12`,
+/// IANA suite names). The suites restrict TLS 1.2 only: as in Go, TLS 1.3's suites are
+/// not configurable. What rustls cannot offer (TLS 1.0/1.1, CBC or RC4 suites) is an
+/// error, not silently dropped, so a configuration never means less than it says.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub min_version: Option<String>,
+    pub cipher_suites: Vec<String>,
+}
+
+/// Why a [`Policy`] cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("--tls-min-version {0}: this server supports VersionTLS12 and VersionTLS13")]
+    Version(String),
+    #[error("--tls-cipher-suites: {0} is not available (TLS 1.2 suites offered: {1})")]
+    CipherSuite(String, String),
+}
+
+impl Policy {
+    /// The ring provider with only the allowed TLS 1.2 suites (all when none are named).
+    pub fn provider(&self) -> Result<Arc<CryptoProvider>, PolicyError> {
+        let mut p = rustls::crypto::ring::default_provider();
+        if self.cipher_suites.is_empty() {
+            return Ok(Arc::new(p));
+        }
+        let name = |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite());
+        let tls12: Vec<String> = p.cipher_suites.iter().filter(|s| s.tls13().is_none()).map(name).collect();
+        for wanted in &self.cipher_suites {
+            // Go also accepts the ChaCha20 suites without their `_SHA256` suffix.
+            let canonical = if wanted.ends_with("CHACHA20_POLY1305") {
+                format!("{wanted}_SHA256")
+            } else {
+                wanted.clone()
+            };
+            if !tls12.contains(&canonical) {
+                return Err(PolicyError::CipherSuite(wanted.clone(), tls12.join(", ")));
+            }
+        }
+        p.cipher_suites.retain(|s| {
+            s.tls13().is_some()
+                || self.cipher_suites.iter().any(|w| {
+                    let n = name(s);
+                    *w == n || format!("{w}_SHA256") == n
+                })
+        });
+        Ok(Arc::new(p))
+    }
+
+    /// The protocol versions at or above the minimum.
+    pub fn versions(&self) -> Result<&'static [&'static rustls::SupportedProtocolVersion], PolicyError> {
+        static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+        match self.min_version.as_deref() {
+            None | Some("") | Some("VersionTLS12") => Ok(rustls::DEFAULT_VERSIONS),
+            Some("VersionTLS13") => Ok(TLS13_ONLY),
+            Some(other) => Err(PolicyError::Version(other.to_string())),
+        }
+    }
+}
+
 /// A server configuration presenting `cert_file`'s chain with `key_file`'s key.
 ///
 /// With `client_ca_file`, client certificates are verified against it; they are

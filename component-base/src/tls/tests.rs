@@ -171,3 +171,30 @@ fn client_without_ca_uses_system_roots() {
         Err(err) => panic!("unexpected error: {err}"),
     }
 }
+
+#[test]
+fn policy_restricts_versions_and_tls12_suites() {
+    let p = super::Policy { min_version: Some("VersionTLS13".into()), cipher_suites: vec![] };
+    assert_eq!(p.versions().unwrap().len(), 1);
+    assert!(
+        super::Policy { min_version: Some("VersionTLS10".into()), ..Default::default() }.versions().is_err()
+    );
+    let p = super::Policy {
+        min_version: None,
+        cipher_suites: vec![
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into(),
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305".into(),
+        ],
+    };
+    let provider = p.provider().unwrap();
+    let tls12: Vec<String> = provider
+        .cipher_suites
+        .iter()
+        .filter(|s| s.tls13().is_none())
+        .map(|s| format!("{:?}", s.suite()))
+        .collect();
+    assert_eq!(tls12.len(), 2, "{tls12:?}");
+    assert!(provider.cipher_suites.iter().any(|s| s.tls13().is_some()), "TLS 1.3 suites stay");
+    let bad = super::Policy { min_version: None, cipher_suites: vec!["TLS_RSA_WITH_RC4_128_SHA".into()] };
+    assert!(bad.provider().unwrap_err().to_string().contains("TLS_RSA_WITH_RC4_128_SHA"));
+}

@@ -20,28 +20,50 @@ use crate::controller::{Context, Error};
 
 pub const GARBAGE_COLLECTOR: &str = "garbage-collector-controller";
 
-/// Canonical name, alias, and how to start it.
+/// Canonical name, alias, the `kube-system` service account it acts as under
+/// `--use-service-account-credentials` (upstream's client names, which the bootstrap RBAC
+/// policy binds to `system:controller:<name>`), and how to start it.
 type Starter = fn(&Context) -> Result<(), Error>;
 
-const ALL: &[(&str, &str, Starter)] = &[
-    ("clusterrole-aggregation-controller", "clusterrole-aggregation", clusterrole_aggregation::start),
-    ("deployment-controller", "deployment", deployment::start),
-    ("endpoints-controller", "endpoint", endpoints::start),
-    ("endpointslice-controller", "endpointslice", endpointslice::start),
-    (GARBAGE_COLLECTOR, "garbagecollector", garbagecollector::start),
-    ("namespace-controller", "namespace", namespace::start),
-    ("node-ipam-controller", "nodeipam", nodeipam::start),
-    ("node-lifecycle-controller", "nodelifecycle", nodelifecycle::start),
-    ("pod-garbage-collector-controller", "podgc", podgc::start),
-    ("replicaset-controller", "replicaset", replicaset::start),
-    ("resourcequota-controller", "resourcequota", resourcequota::start),
-    ("root-ca-certificate-publisher-controller", "root-ca-cert-publisher", root_ca_publisher::start),
-    ("serviceaccount-controller", "serviceaccount", serviceaccount::start),
-    ("taint-eviction-controller", "taint-eviction-controller", taint_eviction::start),
+const ALL: &[(&str, &str, &str, Starter)] = &[
+    (
+        "clusterrole-aggregation-controller",
+        "clusterrole-aggregation",
+        "clusterrole-aggregation-controller",
+        clusterrole_aggregation::start,
+    ),
+    ("deployment-controller", "deployment", "deployment-controller", deployment::start),
+    ("endpoints-controller", "endpoint", "endpoint-controller", endpoints::start),
+    ("endpointslice-controller", "endpointslice", "endpointslice-controller", endpointslice::start),
+    (GARBAGE_COLLECTOR, "garbagecollector", "generic-garbage-collector", garbagecollector::start),
+    ("namespace-controller", "namespace", "namespace-controller", namespace::start),
+    ("node-ipam-controller", "nodeipam", "node-controller", nodeipam::start),
+    ("node-lifecycle-controller", "nodelifecycle", "node-controller", nodelifecycle::start),
+    ("pod-garbage-collector-controller", "podgc", "pod-garbage-collector", podgc::start),
+    ("replicaset-controller", "replicaset", "replicaset-controller", replicaset::start),
+    ("resourcequota-controller", "resourcequota", "resourcequota-controller", resourcequota::start),
+    (
+        "root-ca-certificate-publisher-controller",
+        "root-ca-cert-publisher",
+        "root-ca-cert-publisher",
+        root_ca_publisher::start,
+    ),
+    ("serviceaccount-controller", "serviceaccount", "service-account-controller", serviceaccount::start),
+    (
+        "taint-eviction-controller",
+        "taint-eviction-controller",
+        "taint-eviction-controller",
+        taint_eviction::start,
+    ),
 ];
 
+/// The service account a controller acts as under `--use-service-account-credentials`.
+pub fn service_account(name: &str) -> Option<&'static str> {
+    ALL.iter().find(|(c, ..)| *c == name).map(|(_, _, sa, _)| *sa)
+}
+
 fn canonical(name: &str) -> Option<&'static str> {
-    ALL.iter().find(|(c, a, _)| *c == name || *a == name).map(|(c, _, _)| *c)
+    ALL.iter().find(|(c, a, ..)| *c == name || *a == name).map(|(c, ..)| *c)
 }
 
 /// The controllers `--controllers` enables, as canonical names in a stable order.
@@ -62,14 +84,14 @@ pub fn select(flags: &[String]) -> Result<Vec<&'static str>, String> {
             .ok_or_else(|| format!("--controllers: {name:?} is not in the list of known controllers"))?;
         list.push(c);
     }
-    Ok(ALL.iter().map(|(c, _, _)| *c).filter(|c| (star || on.contains(c)) && !off.contains(c)).collect())
+    Ok(ALL.iter().map(|(c, ..)| *c).filter(|c| (star || on.contains(c)) && !off.contains(c)).collect())
 }
 
 /// Starts one controller by canonical name.
 pub fn start(ctx: &Context, name: &str) -> Result<(), Error> {
-    let (_, _, start) = ALL
+    let (.., start) = ALL
         .iter()
-        .find(|(c, _, _)| *c == name)
+        .find(|(c, ..)| *c == name)
         .ok_or_else(|| Error::Other(format!("unknown controller {name}")))?;
     start(ctx)
 }

@@ -4,6 +4,7 @@
 //!
 //! [`ResourceInfo`]: super::resource::ResourceInfo
 
+pub mod admissionregistration;
 pub mod apps;
 pub mod batch;
 pub mod core;
@@ -33,5 +34,6 @@ pub fn all() -> Vec<Arc<Resource>> {
     out.extend(apps::resources());
     out.extend(batch::resources());
     out.extend(others::resources());
+    out.extend(admissionregistration::resources());
     out
 }

@@ -62,7 +62,14 @@ pub fn resources() -> Vec<Arc<Resource>> {
             secret::SecretHooks,
         ),
         Resource::new::<core::ServiceAccount>(
-            info_of::<core::ServiceAccount>("serviceaccount", &["sa"], &[], true, &[], "serviceaccounts"),
+            info_of::<core::ServiceAccount>(
+                "serviceaccount",
+                &["sa"],
+                &[],
+                true,
+                &["token"],
+                "serviceaccounts",
+            ),
             // Nothing beyond object metadata (names are DNS subdomains).
             Plain { status: false, generation: false },
         ),
