@@ -28,7 +28,12 @@ struct Cluster {
 impl Cluster {
     fn start(nodes: &[&str], kcm_args: &[&str]) -> Cluster {
         let etcd = Etcd::start(EtcdOptions::default());
-        let api = Arc::new(KubeApiserver::start(&etcd.endpoint(), &[]));
+        // Quota admission would refuse the bare pods these tests make under a requests.cpu
+        // quota (as upstream); the controllers, not admission, are under test here.
+        let api = Arc::new(KubeApiserver::start(
+            &etcd.endpoint(),
+            &["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,ResourceQuota"],
+        ));
         let sched = KubeScheduler::start(&api, &["--leader-elect=false"]);
         let kubelet = FakeKubelet::start(&api.kubeconfig, nodes);
         let kcm = KubeControllerManager::start(&api, kcm_args);

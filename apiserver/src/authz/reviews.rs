@@ -424,6 +424,10 @@ mod tests {
                 "incomplete": false,
             })
         );
+        // kubectl asks in protobuf: the answer must survive the encoding.
+        let wire = crate::protobuf::encode(&out).expect("encodes");
+        let back = crate::protobuf::decode(&wire).expect("decodes");
+        assert_eq!(back["status"]["nonResourceRules"], out["status"]["nonResourceRules"], "{back}");
         let err = review(&c, "SelfSubjectRulesReview", None, &jane, json!({ "spec": {} })).await.unwrap_err();
         assert_eq!(err.message, "no namespace on request");
         // A node asking, with the Node mode in the chain: incomplete, as upstream.

@@ -330,9 +330,11 @@ impl Api {
         let path = req.uri().path().to_string();
         // Health and version need no authentication (system:public-info-viewer).
         match path.as_str() {
-            "/healthz" | "/livez" | "/readyz" | "/version" => return (self.public(&req).await, None),
+            "/healthz" | "/livez" | "/readyz" | "/version" => {
+                return (self.public_authenticated(&req).await, None);
+            }
             p if p.starts_with("/healthz/") || p.starts_with("/livez/") || p.starts_with("/readyz/") => {
-                return (self.public(&req).await, None);
+                return (self.public_authenticated(&req).await, None);
             }
             _ => {}
         }
@@ -425,6 +427,14 @@ impl Api {
         };
         drop(permit);
         (result, labels)
+    }
+
+    /// Health and version for anyone the authenticator accepts (anonymous too, when
+    /// `--anonymous-auth` allows it): upstream's system:public-info-viewer binding.
+    async fn public_authenticated(&self, req: &Request<Incoming>) -> ApiResult<Response<BoxBody>> {
+        let conn = req.extensions().get::<component_base::http::ConnectionInfo>();
+        self.authn.authenticate(req.headers(), conn)?;
+        self.public(req).await
     }
 
     async fn public(&self, req: &Request<Incoming>) -> ApiResult<Response<BoxBody>> {
