@@ -23,7 +23,11 @@ struct Cluster {
 impl Cluster {
     fn start(scheduler_args: &[&str]) -> Cluster {
         let etcd = Etcd::start(EtcdOptions::default());
-        let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+        // The tests set spec.priority directly, which Priority admission refuses as upstream.
+        let api = KubeApiserver::start(
+            &etcd.endpoint(),
+            &["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,Priority"],
+        );
         let sched = KubeScheduler::start(&api, scheduler_args);
         let c = Cluster { sched: vec![sched], api, _etcd: etcd };
         wait_for("scheduler ready", WAIT, POLL, || (c.sched[0].get("/readyz").0 == 200).then_some(()));
