@@ -24,6 +24,10 @@ use e2e::{Etcd, EtcdOptions, wait_for};
 const WAIT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(200);
 const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// Upstream's default admission plugins, ServiceAccount included (these tests make each
+/// namespace's `default` account themselves), less TaintNodesByCondition: no node
+/// lifecycle controller runs to lift the taint it puts on new Nodes.
+const DEFAULT_ADMISSION: &str = "--disable-admission-plugins=TaintNodesByCondition";
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -101,7 +105,7 @@ fn authn_and_rbac() {
     let client_ca = format!("--client-ca-file={}", ca.cert.display());
     let api = KubeApiserver::start(
         &etcd.endpoint(),
-        &[&client_ca, "--authorization-mode=Node,RBAC", "--anonymous-auth=false"],
+        &[&client_ca, "--authorization-mode=Node,RBAC", "--anonymous-auth=false", DEFAULT_ADMISSION],
     );
     // admin, edit and view are aggregated ClusterRoles: as upstream, their rules are filled
     // in by kube-controller-manager's clusterrole-aggregation controller.
@@ -380,6 +384,7 @@ fn service_account_tokens() {
             &format!("--api-audiences={ISSUER}"),
             "--authorization-mode=Node,RBAC",
             "--anonymous-auth=false",
+            DEFAULT_ADMISSION,
         ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -455,8 +460,7 @@ fn service_account_tokens() {
     refused("elsewhere", elsewhere.trim());
 
     // A token bound to a pod lives as long as the pod.
-    // ServiceAccount admission is off in this server: the pod names its account itself.
-    let out = create(&api, &pod_yaml("team", "p", "  serviceAccountName: default\n"));
+    let out = create(&api, &pod_yaml("team", "p", ""));
     assert!(out.status.success(), "{}", stderr(&out));
     let bound = api
         .kubectl_ok(&[
@@ -494,6 +498,8 @@ fn service_account_tokens() {
     ]);
     assert!(!err.status.success(), "a token bound to a missing pod");
     api.kubectl_ok(&["delete", "pod", "p", "-n", "team", "--grace-period=0", "--force"]);
+    // Authenticated tokens are cached for 10 s, as upstream's token cache does: the
+    // refusal comes within that.
     wait_for("the pod-bound token is refused", WAIT, POLL, || {
         let out = bound_user.kubectl(&["auth", "whoami"]);
         (!out.status.success() && stderr(&out).contains("Unauthorized")).then_some(())
@@ -671,7 +677,7 @@ fn webhooks() {
     let ca = TestCa::new("e2e webhook CA");
     let mut hook = WebhookServer::start(&ca, webhook_handler);
     let etcd = Etcd::start(EtcdOptions::default());
-    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let api = KubeApiserver::start(&etcd.endpoint(), &[DEFAULT_ADMISSION]);
     namespace(&api, "hooked", &["webhooks=on"]);
     namespace(&api, "plain", &[]);
     let bundle = B64.encode(ca.pem());
@@ -759,7 +765,7 @@ fn webhooks() {
 #[test]
 fn quota_limits_podsecurity() {
     let etcd = Etcd::start(EtcdOptions::default());
-    let api = std::sync::Arc::new(KubeApiserver::start(&etcd.endpoint(), &[]));
+    let api = std::sync::Arc::new(KubeApiserver::start(&etcd.endpoint(), &[DEFAULT_ADMISSION]));
 
     // ResourceQuota. No resourcequota controller runs here: the admin writes the status it
     // would write. configmaps=0 lets the test see when admission has the quota.
@@ -835,8 +841,13 @@ fn quota_limits_podsecurity() {
             .is_some_and(|a| a.starts_with("LimitRanger plugin set:")),
         "{pod}"
     );
-    // ServiceAccount admission is off in this server (the harness default): its
-    // default account and kube-api-access volume are covered by the admission unit tests.
+    assert_eq!(pod["spec"]["serviceAccountName"], "default", "{pod}");
+    assert!(
+        pod["spec"]["volumes"].as_array().is_some_and(|v| v
+            .iter()
+            .any(|v| v["name"].as_str().is_some_and(|n| n.starts_with("kube-api-access-")))),
+        "ServiceAccount admission mounts the API credentials: {pod}"
+    );
     assert_eq!(pod["spec"]["priority"], 0, "{pod}");
     let tolerations = pod["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
     for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
@@ -926,6 +937,7 @@ fn audit_and_encryption() {
             &format!("--audit-policy-file={}", policy.display()),
             &format!("--audit-log-path={}", audit_log.display()),
             &format!("--encryption-provider-config={}", encryption.display()),
+            DEFAULT_ADMISSION,
         ],
     );
 

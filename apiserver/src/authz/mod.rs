@@ -23,8 +23,6 @@ pub mod node;
 pub mod options;
 pub mod rbac;
 pub mod reviews;
-#[cfg(test)]
-mod smoke;
 pub mod source;
 pub mod webhook;
 
