@@ -86,6 +86,16 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
     if !opts.leader_elect {
         return main.await;
     }
+    // Its own client, and so its own rate limiter, as upstream's "leader-election" client:
+    // a burst of controller requests (the garbage collector's initial lists) must never
+    // queue the Lease renewals past the renew deadline.
+    let election_client = component_base::client::from_flags_rate_limited(
+        opts.kubeconfig.as_deref(),
+        opts.master.as_deref(),
+        opts.kube_api_qps,
+        opts.kube_api_burst,
+    )
+    .await?;
     let mut cfg = leaderelection::Config::new(&opts.lease_namespace, &opts.lease_name);
     cfg.lease_duration = opts.lease_duration;
     cfg.renew_deadline = opts.renew_deadline;
@@ -108,7 +118,7 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
             leader.get_or_create(&labels).set(i64::from(*leading_rx.borrow()));
         }
     });
-    leaderelection::run(client, cfg, shutdown, leading_tx, main).await?.unwrap_or(Ok(()))
+    leaderelection::run(election_client, cfg, shutdown, leading_tx, main).await?.unwrap_or(Ok(()))
 }
 
 async fn run_controllers(

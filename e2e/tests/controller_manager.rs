@@ -474,8 +474,8 @@ fn quota_aggregation_podgc_health_and_metrics() {
 #[test]
 fn leader_handover_never_overshoots() {
     let args = [
-        "--leader-elect-lease-duration=4s",
-        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-lease-duration=6s",
+        "--leader-elect-renew-deadline=4s",
         "--leader-elect-retry-period=1s",
     ];
     let mut c = Cluster::start(&["node-a", "node-b"], &args);
