@@ -48,7 +48,7 @@ const CONDITION_TAINTS: &[(&str, &str, &str)] = &[
 pub fn start(ctx: &Context) -> Result<(), Error> {
     let leases = ctx.informers.get_with(
         "node-leases",
-        Api::<Lease>::namespaced(ctx.client.clone(), "kube-node-lease"),
+        Api::<Lease>::namespaced(ctx.informers.client().clone(), "kube-node-lease"),
         watcher::Config::default(),
     );
     let c = Arc::new(Controller {
