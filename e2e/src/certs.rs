@@ -164,3 +164,20 @@ impl Kubeconfig {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 }
+
+/// A 2048-bit RSA key pair made with openssl in `dir`: (`<name>.key` PKCS#8 private key,
+/// `<name>.pub` public key), as `--service-account-signing-key-file` and
+/// `--service-account-key-file` take them.
+pub fn rsa_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let ok = |c: &mut Command| {
+        let out = c.output().expect("openssl");
+        assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ok(Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
+        .arg(&key));
+    ok(Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&key).arg("-out").arg(&public));
+    (key, public)
+}

@@ -16,7 +16,7 @@ use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE_NO_PAD as B64URL
 use serde_json::{Value, json};
 
 use e2e::apiserver::KubeApiserver;
-use e2e::certs::{Credential, Kubeconfig, TestCa};
+use e2e::certs::{Credential, Kubeconfig, TestCa, rsa_key};
 use e2e::component::KubeControllerManager;
 use e2e::webhook::WebhookServer;
 use e2e::{Etcd, EtcdOptions, wait_for};
@@ -329,20 +329,6 @@ fn authn_and_rbac() {
 // ---------------------------------------------------------------------------------------
 
 /// An RSA key pair as kubeadm makes one: PKCS#8 private key and PKIX public key, PEM.
-fn rsa_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let key = dir.join(format!("{name}.key"));
-    let public = dir.join(format!("{name}.pub"));
-    let ok = |c: &mut Command| {
-        let out = c.output().expect("openssl");
-        assert!(out.status.success(), "openssl: {}", stderr(&out));
-    };
-    ok(Command::new("openssl")
-        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
-        .arg(&key));
-    ok(Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&key).arg("-out").arg(&public));
-    (key, public)
-}
-
 fn jwt_claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).unwrap_or_else(|| panic!("not a JWT: {token}"));
     serde_json::from_slice(&B64URL.decode(payload).expect("base64url payload")).expect("JSON claims")

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use e2e::apiserver::KubeApiserver;
+use e2e::certs::rsa_key;
 use e2e::component::{Component, KubeControllerManager, KubeScheduler};
 use e2e::fake_kubelet::FakeKubelet;
 use e2e::{Etcd, EtcdOptions, wait_for};
@@ -23,21 +24,49 @@ struct Cluster {
     _sched: Component,
     api: Arc<KubeApiserver>,
     _etcd: Etcd,
+    _keys: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     fn start(nodes: &[&str], kcm_args: &[&str]) -> Cluster {
+        Self::start_with(nodes, &[], kcm_args, None)
+    }
+
+    /// As a kubeadm cluster runs: Node,RBAC authorization, service-account tokens, and
+    /// every controller acting as its own `kube-system` service account
+    /// (`--use-service-account-credentials`), so a controller whose bootstrap role lacks a
+    /// permission it uses fails here.
+    fn start_secured(nodes: &[&str], kcm_args: &[&str]) -> Cluster {
+        let keys = tempfile::tempdir().expect("tempdir");
+        let (key, public) = rsa_key(keys.path(), "sa");
+        let api_args = [
+            "--authorization-mode=Node,RBAC".to_string(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
+            format!("--service-account-signing-key-file={}", key.display()),
+            format!("--service-account-key-file={}", public.display()),
+        ];
+        let api_args: Vec<&str> = api_args.iter().map(String::as_str).collect();
+        let mut kcm = vec!["--use-service-account-credentials"];
+        kcm.extend_from_slice(kcm_args);
+        Self::start_with(nodes, &api_args, &kcm, Some(keys))
+    }
+
+    fn start_with(
+        nodes: &[&str],
+        api_args: &[&str],
+        kcm_args: &[&str],
+        keys: Option<tempfile::TempDir>,
+    ) -> Cluster {
         let etcd = Etcd::start(EtcdOptions::default());
         // Quota admission would refuse the bare pods these tests make under a requests.cpu
         // quota (as upstream); the controllers, not admission, are under test here.
-        let api = Arc::new(KubeApiserver::start(
-            &etcd.endpoint(),
-            &["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,ResourceQuota"],
-        ));
+        let mut args = vec!["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,ResourceQuota"];
+        args.extend_from_slice(api_args);
+        let api = Arc::new(KubeApiserver::start(&etcd.endpoint(), &args));
         let sched = KubeScheduler::start(&api, &["--leader-elect=false"]);
         let kubelet = FakeKubelet::start(&api.kubeconfig, nodes);
         let kcm = KubeControllerManager::start(&api, kcm_args);
-        Cluster { kubelet, kcm: vec![kcm], _sched: sched, api, _etcd: etcd }
+        Cluster { kubelet, kcm: vec![kcm], _sched: sched, api, _etcd: etcd, _keys: keys }
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
@@ -320,7 +349,7 @@ fn endpointslices_follow_pod_readiness() {
 
 #[test]
 fn unreachable_node_pods_are_evicted_and_replaced() {
-    let c = Cluster::start(
+    let c = Cluster::start_secured(
         &["node-a", "node-b"],
         &["--node-monitor-grace-period=6s", "--node-monitor-period=1s"],
     );
@@ -374,7 +403,7 @@ fn unreachable_node_pods_are_evicted_and_replaced() {
 
 #[test]
 fn namespace_deletion_removes_its_contents() {
-    let c = Cluster::start(&["node-a"], &[]);
+    let c = Cluster::start_secured(&["node-a"], &[]);
     c.kubectl(&["create", "namespace", "doomed"]);
     wait_for("default ServiceAccount and root CA ConfigMap", WAIT, POLL, || {
         let sa = c.try_get(&["-n", "doomed", "serviceaccount", "default"]);

@@ -96,22 +96,7 @@ pub trait Hooks: Send + Sync + 'static {
 
     /// For the status subresource: keeps everything but status from the stored object.
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
-        let status = new.get("status").cloned();
-        let mut merged = old.clone();
-        // Metadata a status writer may change: labels/annotations are kept from the
-        // stored object, as upstream's status strategies do.
-        match status {
-            Some(s) => {
-                merged["status"] = s;
-            }
-            None => {
-                if let Some(o) = merged.as_object_mut() {
-                    o.remove("status");
-                }
-            }
-        }
-        merged["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
-        *new = merged;
+        keep_status_only(new, old);
     }
 
     /// Errors in a new object.
@@ -247,4 +232,24 @@ impl Hooks for Plain {
     fn tracks_generation(&self) -> bool {
         self.generation
     }
+}
+
+/// The stored object with `new`'s status (and resourceVersion, for the precondition):
+/// what a status-subresource write may change, for resources whose upstream status
+/// strategy keeps labels and annotations from the stored object.
+pub fn keep_status_only(new: &mut Value, old: &Value) {
+    let status = new.get("status").cloned();
+    let mut merged = old.clone();
+    match status {
+        Some(s) => {
+            merged["status"] = s;
+        }
+        None => {
+            if let Some(o) = merged.as_object_mut() {
+                o.remove("status");
+            }
+        }
+    }
+    merged["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
+    *new = merged;
 }

@@ -49,12 +49,8 @@ const ALL: &[(&str, &str, &str, Starter)] = &[
         root_ca_publisher::start,
     ),
     ("serviceaccount-controller", "serviceaccount", "service-account-controller", serviceaccount::start),
-    (
-        "taint-eviction-controller",
-        "taint-eviction-controller",
-        "taint-eviction-controller",
-        taint_eviction::start,
-    ),
+    // No role of its own upstream either: it acts with node-controller's.
+    ("taint-eviction-controller", "taint-eviction-controller", "node-controller", taint_eviction::start),
 ];
 
 /// The service account a controller acts as under `--use-service-account-credentials`.

@@ -11,8 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet, Repli
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, PostParams};
 
 use component_base::labels::Selector;
 
@@ -244,21 +243,17 @@ impl Controller {
     }
 
     /// Records the new ReplicaSet's revision on the Deployment (`kubectl describe`,
-    /// `rollout status --revision`). The status subresource here keeps metadata, so this
-    /// is a metadata patch rather than upstream's status update.
+    /// `rollout status --revision`) with a status update, as upstream: the deployment
+    /// status strategy keeps the writer's annotations, and the controller's role may
+    /// update `deployments/status` but not patch deployments.
     async fn set_deployment_revision(&self, d: &mut Deployment, revision: &str) -> Result<(), Error> {
         if d.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).map(String::as_str) == Some(revision)
         {
             return Ok(());
         }
+        d.metadata.annotations.get_or_insert_default().insert(REVISION.to_string(), revision.to_string());
         let ns = d.metadata.namespace.clone().unwrap_or_default();
-        let patch = json!({"metadata": {"annotations": {REVISION: revision}}});
-        let updated = self
-            .d_api(&ns)
-            .patch(&name_of(&d.metadata), &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-        // Only metadata moves on: the local status may hold changes not yet written.
-        d.metadata = updated.metadata;
+        *d = self.d_api(&ns).replace_status(&name_of(&d.metadata), &PostParams::default(), d).await?;
         Ok(())
     }
 

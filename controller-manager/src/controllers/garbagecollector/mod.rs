@@ -304,7 +304,8 @@ impl GarbageCollector {
             if self.monitors.lock().contains_key(&id) {
                 continue;
             }
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), &res.api);
+            // Shared-informer credentials, as upstream's metadata informers.
+            let api = Api::<DynamicObject>::all_with(self.informers.client().clone(), &res.api);
             let informer = self.informers.get_with(&format!("gc:{id}"), api, watcher::Config::default());
             let (tx, pending) = (self.changes.clone(), self.pending.clone());
             let (api_version, kind) = (res.api.api_version.clone(), res.api.kind.clone());

@@ -105,6 +105,23 @@ impl Hooks for DeploymentHooks {
         selector_immutable(new, old)
     }
 
+    /// As upstream's deployment status strategy: spec and labels stay as stored, but the
+    /// writer's annotations are kept — the deployment controller records the
+    /// `deployment.kubernetes.io/revision` annotation with a status update, and its
+    /// bootstrap role holds no `patch` on deployments.
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        let annotations = new["metadata"].get("annotations").cloned();
+        crate::registry::resource::keep_status_only(new, old);
+        match annotations {
+            Some(a) => new["metadata"]["annotations"] = a,
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove("annotations");
+                }
+            }
+        }
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }
