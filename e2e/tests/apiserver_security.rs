@@ -1019,6 +1019,29 @@ fn audit_and_encryption() {
             events.iter().filter(|r| r["auditID"] == e["auditID"] && r["stage"] == "RequestReceived").count();
         assert_eq!(received, 1, "one RequestReceived for {verb} {name}");
     }
+
+    // Key rotation as upstream documents it: a new key first, the old one still listed;
+    // a restarted server reads key1 values and any write re-seals them with key2.
+    drop(api);
+    let key2: [u8; 32] = rand::random();
+    std::fs::write(
+        &encryption,
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - aescbc:\n      keys:\n      - name: key2\n        secret: {}\n      - name: key1\n        secret: {}\n",
+            B64.encode(key2),
+            B64.encode(key)
+        ),
+    )
+    .expect("rotated encryption config");
+    let api = KubeApiserver::start(
+        &etcd.endpoint(),
+        &[&format!("--encryption-provider-config={}", encryption.display()), DEFAULT_ADMISSION],
+    );
+    let data = api.kubectl_ok(&["get", "secret", "s1", "-o", "jsonpath={.data.password}"]);
+    assert_eq!(data, B64.encode("rotated-value"), "a key1 value read under key2,key1");
+    api.kubectl_ok(&["label", "secret", "s1", "rotated=yes"]);
+    let raw = etcd.etcdctl(&["get", "/registry/secrets/default/s1", "--print-value-only"]);
+    assert!(raw.stdout.starts_with(b"k8s:enc:aescbc:v1:key2:"), "{}", String::from_utf8_lossy(&raw.stdout));
 }
 
 /// The test webhook server itself, with curl: the test above depends on its answers.

@@ -5,7 +5,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # start_control_plane ETCD_BIN: etcd (ETCD_BIN: ours or Debian's) in $SCRATCH/etcd and
 # kube-apiserver over it with a static admin token, waiting for both. Sets ETCD_PID,
-# API_PID, API_PORT, and writes $SCRATCH/kubeconfig for the admin.
+# API_PID, API_PORT, and writes $SCRATCH/kubeconfig for the admin. Extra kube-apiserver
+# flags come from the API_ARGS array; by default ServiceAccount admission is off, because
+# the benchmarks create pods in fresh namespaces where no controller-manager has made a
+# `default` ServiceAccount yet (upstream would refuse those pods). The token file also
+# holds $USER_TOKEN for `bench-user`, a user in no group, for benchmarks that measure
+# authorization.
 start_control_plane() {
   local etcd_bin=$1 cport pport
   cport=$(free_port); pport=$(free_port); API_PORT=$(free_port)
@@ -16,10 +21,11 @@ start_control_plane() {
     --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
   ETCD_PID=$!
   for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
-  echo "$TOKEN,bench,bench-uid,system:masters" >"$SCRATCH/tokens.csv"
+  printf '%s\n' "$TOKEN,bench,bench-uid,system:masters" "${USER_TOKEN:-bench-user-token},bench-user,bench-user-uid" >"$SCRATCH/tokens.csv"
+  [[ -v API_ARGS ]] || API_ARGS=(--disable-admission-plugins=ServiceAccount)
   "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$API_PORT" \
     --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
-    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 >"$SCRATCH/apiserver.log" 2>&1 &
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 "${API_ARGS[@]}" >"$SCRATCH/apiserver.log" 2>&1 &
   API_PID=$!
   for _ in $(seq 1 200); do curl -skf "https://$HOST:$API_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
   cat >"$SCRATCH/kubeconfig" <<KC

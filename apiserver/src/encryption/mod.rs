@@ -154,9 +154,6 @@ impl ValueTransformer for Encryption {
 }
 
 #[cfg(test)]
-mod server_test;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use base64::Engine;
