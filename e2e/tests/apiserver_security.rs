@@ -7,7 +7,7 @@
 //! bindings, quotas and namespaces from caches that follow etcd, as upstream's informers
 //! do, so each check that depends on a fresh object waits for it to take effect.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -511,6 +511,8 @@ fn service_account_tokens() {
 #[test]
 fn node_authorizer() {
     let ca = TestCa::new("e2e client CA");
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (sa_key, sa_pub) = rsa_key(keys.path(), "sa");
     let etcd = Etcd::start(EtcdOptions::default());
     let client_ca = format!("--client-ca-file={}", ca.cert.display());
     let api = KubeApiserver::start(
@@ -520,6 +522,9 @@ fn node_authorizer() {
             "--authorization-mode=Node,RBAC",
             "--anonymous-auth=false",
             "--enable-admission-plugins=NodeRestriction",
+            &format!("--service-account-issuer={ISSUER}"),
+            &format!("--service-account-signing-key-file={}", sa_key.display()),
+            &format!("--service-account-key-file={}", sa_pub.display()),
         ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -542,9 +547,10 @@ fn node_authorizer() {
     for s in ["s1", "s2", "s3"] {
         api.kubectl_ok(&["create", "secret", "generic", s, "-n", "team", "--from-literal=k=v"]);
     }
+    api.kubectl_ok(&["create", "serviceaccount", "runner", "-n", "team"]);
     for (pod, node, secret) in [("p1", "n1", "s1"), ("p2", "n2", "s2")] {
         let spec =
-            format!("  nodeName: {node}\n  volumes:\n  - name: s\n    secret: {{secretName: {secret}}}\n");
+            format!("  nodeName: {node}\n  serviceAccountName: runner\n  volumes:\n  - name: s\n    secret: {{secretName: {secret}}}\n");
         let out = create(&api, &pod_yaml("team", pod, &spec));
         assert!(out.status.success(), "{}", stderr(&out));
     }
@@ -586,6 +592,21 @@ fn node_authorizer() {
     // NodeRestriction: a node may not delete another node's pods either.
     let err = n1.kubectl_err(&["delete", "pod", "p2", "-n", "team", "--wait=false"]);
     assert!(err.contains("forbidden"), "{err}");
+
+    // Tokens: the Node authorizer lets n1 request tokens of accounts its pods run as;
+    // NodeRestriction only ones bound to a pod on n1.
+    let uid = |pod: &str| api.kubectl_ok(&["get", "pod", pod, "-n", "team", "-o", "jsonpath={.metadata.uid}"]);
+    let token_for = |pod: &str| {
+        let uid = format!("--bound-object-uid={}", uid(pod));
+        let name = format!("--bound-object-name={pod}");
+        n1.kubectl(&["create", "token", "runner", "-n", "team", "--bound-object-kind=Pod", &name, &uid])
+    };
+    let out = token_for("p1");
+    assert!(out.status.success(), "n1 refused a token bound to its own pod: {}", stderr(&out));
+    let err = stderr(&token_for("p2"));
+    assert!(err.contains("node requested token bound to a pod scheduled on a different node"), "{err}");
+    let err = n1.kubectl_err(&["create", "token", "runner", "-n", "team"]);
+    assert!(err.contains("node requested token not bound to a pod"), "{err}");
 
     // The graph follows pods: once p1 is gone, n1 loses s1.
     api.kubectl_ok(&["delete", "pod", "p1", "-n", "team", "--grace-period=0", "--force"]);
@@ -1019,6 +1040,29 @@ fn audit_and_encryption() {
             events.iter().filter(|r| r["auditID"] == e["auditID"] && r["stage"] == "RequestReceived").count();
         assert_eq!(received, 1, "one RequestReceived for {verb} {name}");
     }
+
+    // PodSecurity's audit mode: the pod is admitted, its event carries the violation.
+    api.kubectl_ok(&["create", "namespace", "audited-ns"]);
+    api.kubectl_ok(&["label", "namespace", "audited-ns", "pod-security.kubernetes.io/audit=restricted"]);
+    api.kubectl_ok(&["create", "serviceaccount", "default", "-n", "audited-ns"]);
+    let out = api.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: loud\n  namespace: audited-ns\nspec:\n  containers:\n  - name: c\n    image: registry.k8s.io/pause:3.10\n    securityContext: {privileged: true}\n",
+    );
+    assert!(out.status.success(), "audit mode refused a pod: {}", stderr(&out));
+    let annotations = wait_for("the pod's audit event", WAIT, POLL, || {
+        let text = std::fs::read_to_string(&audit_log).ok()?;
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|e| {
+            (e["stage"] == "ResponseComplete" && e["verb"] == "create" && e["objectRef"]["name"] == "loud")
+                .then(|| e["annotations"].clone())
+        })
+    });
+    let violations = annotations["pod-security.kubernetes.io/audit-violations"].as_str().unwrap_or_default();
+    assert!(
+        violations.starts_with(r#"would violate PodSecurity "restricted:latest": privileged"#),
+        "{annotations}"
+    );
+    assert_eq!(annotations["pod-security.kubernetes.io/enforce-policy"], "privileged:latest", "{annotations}");
 
     // Key rotation as upstream documents it: a new key first, the old one still listed;
     // a restarted server reads key1 values and any write re-seals them with key2.

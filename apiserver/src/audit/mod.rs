@@ -327,6 +327,14 @@ impl RequestAudit {
         st.event.annotations.insert("authorization.k8s.io/reason".into(), decision.reason().to_string());
     }
 
+    /// Adds an annotation (admission plugins' findings) to the events still to be written.
+    pub fn annotate(&self, key: &str, value: String) {
+        let mut st = self.state.lock();
+        if st.config.is_some_and(|c| c.level > Level::None) {
+            st.event.annotations.insert(key.to_string(), value);
+        }
+    }
+
     /// Keeps the request body when the level will use it.
     pub fn request_body(&self, headers: &HeaderMap, body: &Bytes) {
         let mut st = self.state.lock();
@@ -625,6 +633,14 @@ pub async fn authenticated(user: &User) -> ApiResult<()> {
 pub fn authorized(acting_as: &User, decision: &Decision) {
     if let Some(a) = current() {
         a.authorized(acting_as, decision);
+    }
+}
+
+/// Adds an audit annotation to the current request's event (upstream's
+/// `AddAuditAnnotation`), e.g. PodSecurity's `audit-violations`.
+pub fn annotate(key: &str, value: String) {
+    if let Some(a) = current() {
+        a.annotate(key, value);
     }
 }
 

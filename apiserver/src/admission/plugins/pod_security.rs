@@ -4,8 +4,9 @@
 //!
 //! - `pod-security.kubernetes.io/enforce[-version]`: pods that violate it are refused;
 //! - `pod-security.kubernetes.io/warn[-version]`: the client gets a warning;
-//! - `pod-security.kubernetes.io/audit[-version]`: upstream adds an audit annotation (this
-//!   server logs the violation at debug level instead: its audit log has no annotations).
+//! - `pod-security.kubernetes.io/audit[-version]`: the request's audit event gets a
+//!   `pod-security.kubernetes.io/audit-violations` annotation (every evaluated pod also
+//!   records the `enforce-policy` it was held to), as upstream.
 //!
 //! Unlabelled namespaces get the configured defaults (privileged:latest unless the
 //! `PodSecurityConfiguration` in `--admission-control-config-file` says otherwise), which
@@ -213,6 +214,7 @@ impl PodSecurity {
             cache.entry(lv.to_string()).or_insert_with(|| evaluate(lv, meta, spec)).clone()
         };
         if enforce {
+            crate::audit::annotate("pod-security.kubernetes.io/enforce-policy", policy.enforce.to_string());
             let v = run(policy.enforce);
             if !v.is_empty() {
                 return Err(forbidden(
@@ -223,12 +225,9 @@ impl PodSecurity {
         }
         let audit = run(policy.audit);
         if !audit.is_empty() {
-            tracing::debug!(
-                namespace = attrs.namespace.unwrap_or_default(),
-                name = %attrs.display_name(),
-                "would violate PodSecurity \"{}\": {}",
-                policy.audit,
-                forbidden_detail(&audit)
+            crate::audit::annotate(
+                "pod-security.kubernetes.io/audit-violations",
+                format!("would violate PodSecurity \"{}\": {}", policy.audit, forbidden_detail(&audit)),
             );
         }
         let warn = run(policy.warn);

@@ -171,8 +171,24 @@ pub async fn create(
     body: &Value,
     dry_run: bool,
 ) -> ApiResult<Value> {
-    let mut req = TokenRequest::decode(body, ns, name)?;
-    let account = registry.core("serviceaccounts").get(Some(ns), name, None).await?;
+    TokenRequest::decode(body, ns, name)?;
+    let accounts = registry.core("serviceaccounts");
+    // Admission sees the request as a create of `serviceaccounts/token` (NodeRestriction
+    // allows a node only tokens bound to its own pods; webhooks may look too).
+    let body = crate::admission::run(
+        &accounts.res.info,
+        crate::admission::Operation::Create,
+        Some("token"),
+        Some(ns),
+        name,
+        Some(body.clone()),
+        None,
+        dry_run,
+    )
+    .await?
+    .unwrap_or_else(|| body.clone());
+    let mut req = TokenRequest::decode(&body, ns, name)?;
+    let account = accounts.get(Some(ns), name, None).await?;
     if req.audiences.is_empty() {
         req.audiences = issuer.api_audiences.clone();
     }
