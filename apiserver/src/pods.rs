@@ -23,6 +23,19 @@ pub async fn bind(store: &Store, ns: &str, name: &str, binding: &Value, dry_run:
             &[crate::errors::FieldError::not_supported("target.kind", kind, &["Node"])],
         ));
     }
+    // Admission sees a create of `pods/binding` (webhooks may match it), as upstream.
+    let binding = &crate::admission::run(
+        &store.res.info,
+        crate::admission::Operation::Create,
+        Some("binding"),
+        Some(ns),
+        name,
+        Some(binding.clone()),
+        None,
+        dry_run,
+    )
+    .await?
+    .unwrap_or_else(|| binding.clone());
     for _ in 0..5 {
         let (mut pod, rev) = store.get_fresh(Some(ns), name).await?;
         if !pod["metadata"]["deletionTimestamp"].is_null() {

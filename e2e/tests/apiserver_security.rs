@@ -623,6 +623,10 @@ fn node_authorizer() {
 /// The webhook's policy: `/mutate` labels objects `mutated=yes` (unless annotated
 /// `e2e.k8s.io/skip-mutation`), `/validate` denies objects without that label.
 fn webhook_handler(path: &str, request: &Value) -> Value {
+    // A subresource with a kind of its own is reviewed as that kind, as upstream.
+    if request["subResource"] == "binding" && request["kind"] != json!({"group": "", "version": "v1", "kind": "Binding"}) {
+        return json!({"allowed": false, "status": {"code": 400, "message": format!("binding reviewed as {}", request["kind"])}});
+    }
     let object = &request["object"];
     let labels = &object["metadata"]["labels"];
     match path {
@@ -660,7 +664,7 @@ webhooks:
   - operations: {operations}
     apiGroups: [""]
     apiVersions: [v1]
-    resources: [pods, configmaps]
+    resources: [pods, pods/binding, configmaps]
   namespaceSelector:
     matchLabels: {{webhooks: "on"}}
   failurePolicy: Fail
@@ -748,6 +752,28 @@ fn webhooks() {
     let out = api.kubectl(&["label", "configmap", "kept", "-n", "hooked", "mutated-"]);
     assert!(!out.status.success() && stderr(&out).contains("denied the request"), "{}", stderr(&out));
     assert_eq!(label("configmap", "hooked", "kept"), "yes");
+    // A binding (`pods/binding`, the scheduler's write) is admitted like any create.
+    let files = tempfile::tempdir().expect("tempdir");
+    let bind = |skip_mutation: bool| {
+        let annotations = if skip_mutation { r#""annotations":{"e2e.k8s.io/skip-mutation":"true"}"# } else { "" };
+        let path = files.path().join("binding.json");
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"web"{}{annotations}}},"target":{{"kind":"Node","name":"n1"}}}}"#,
+                if skip_mutation { "," } else { "" }
+            ),
+        )
+        .expect("binding");
+        let path = path.display().to_string();
+        api.kubectl(&["create", "--raw", "/api/v1/namespaces/hooked/pods/web/binding", "-f", &path])
+    };
+    let out = bind(true);
+    assert!(!out.status.success() && stderr(&out).contains("denied the request"), "{}", stderr(&out));
+    let out = bind(false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let node = api.kubectl_ok(&["get", "pod", "web", "-n", "hooked", "-o", "jsonpath={.spec.nodeName}"]);
+    assert_eq!(node, "n1");
 
     // The webhook goes away: failurePolicy Fail refuses, Ignore admits.
     hook.stop();

@@ -441,8 +441,13 @@ async fn call_mutating(
     let mut patched = obj.clone();
     crate::patch::json_patch(&mut patched, &patch)
         .map_err(|e| Failure::Error(ApiError::internal(e.message)))?;
-    let patched =
-        cluster.normalize(resource, patched).map_err(|e| Failure::Error(ApiError::internal(e.message)))?;
+    // Subresources with their own kinds (Binding, TokenRequest, Eviction, Scale) are not
+    // read as the resource's type; their handlers decode them.
+    let patched = if patched["kind"].as_str().is_none_or(|k| k == resource.kind) {
+        cluster.normalize(resource, patched).map_err(|e| Failure::Error(ApiError::internal(e.message)))?
+    } else {
+        patched
+    };
     let changed = patched != *obj;
     *obj = patched;
     Ok(changed)

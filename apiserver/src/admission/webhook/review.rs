@@ -45,7 +45,17 @@ fn options(op: Operation, dry_run: bool) -> Value {
 /// has the same shape under its own apiVersion).
 pub fn request(version: &str, uid: &str, attrs: &Attributes<'_>) -> Value {
     let r = attrs.resource;
-    let kind = json!({ "group": r.group, "version": r.version, "kind": r.kind });
+    // A subresource with a kind of its own (pods/binding → Binding, serviceaccounts/token
+    // → TokenRequest) is reported with that kind, as upstream.
+    let own_kind = attrs.object.as_ref().filter(|o| attrs.subresource.is_some() && o["kind"] != r.kind);
+    let kind = match own_kind {
+        Some(o) => {
+            let api_version = o["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            json!({ "group": group, "version": version, "kind": o["kind"] })
+        }
+        None => json!({ "group": r.group, "version": r.version, "kind": r.kind }),
+    };
     let resource = json!({ "group": r.group, "version": r.version, "resource": r.plural });
     let mut req = json!({
         "uid": uid,
