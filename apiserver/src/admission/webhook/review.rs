@@ -47,7 +47,10 @@ pub fn request(version: &str, uid: &str, attrs: &Attributes<'_>) -> Value {
     let r = attrs.resource;
     // A subresource with a kind of its own (pods/binding → Binding, serviceaccounts/token
     // → TokenRequest) is reported with that kind, as upstream.
-    let own_kind = attrs.object.as_ref().filter(|o| attrs.subresource.is_some() && o["kind"] != r.kind);
+    let own_kind = attrs
+        .object
+        .as_ref()
+        .filter(|o| attrs.subresource.is_some() && o["kind"].as_str().is_some_and(|k| k != r.kind));
     let kind = match own_kind {
         Some(o) => {
             let api_version = o["apiVersion"].as_str().unwrap_or_default();
@@ -324,6 +327,28 @@ mod tests {
             q["options"],
             json!({ "kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "dryRun": ["All"] })
         );
+    }
+
+    #[test]
+    fn a_subresource_with_its_own_kind_is_reviewed_as_that_kind() {
+        let info = pods();
+        let user = User::default();
+        let binding = json!({ "apiVersion": "v1", "kind": "Binding", "metadata": { "name": "p" } });
+        let attrs = Attributes {
+            operation: Operation::Create,
+            resource: &info,
+            subresource: Some("binding"),
+            namespace: Some("ns"),
+            name: "p",
+            object: Some(binding),
+            old_object: None,
+            user: &user,
+            dry_run: false,
+        };
+        let q = &request("v1", "uid-2", &attrs)["request"];
+        assert_eq!(q["kind"], json!({ "group": "", "version": "v1", "kind": "Binding" }));
+        assert_eq!(q["resource"], json!({ "group": "", "version": "v1", "resource": "pods" }));
+        assert_eq!(q["subResource"], "binding");
     }
 
     #[test]
