@@ -549,8 +549,9 @@ fn node_authorizer() {
     }
     api.kubectl_ok(&["create", "serviceaccount", "runner", "-n", "team"]);
     for (pod, node, secret) in [("p1", "n1", "s1"), ("p2", "n2", "s2")] {
-        let spec =
-            format!("  nodeName: {node}\n  serviceAccountName: runner\n  volumes:\n  - name: s\n    secret: {{secretName: {secret}}}\n");
+        let spec = format!(
+            "  nodeName: {node}\n  serviceAccountName: runner\n  volumes:\n  - name: s\n    secret: {{secretName: {secret}}}\n"
+        );
         let out = create(&api, &pod_yaml("team", pod, &spec));
         assert!(out.status.success(), "{}", stderr(&out));
     }
@@ -595,7 +596,8 @@ fn node_authorizer() {
 
     // Tokens: the Node authorizer lets n1 request tokens of accounts its pods run as;
     // NodeRestriction only ones bound to a pod on n1.
-    let uid = |pod: &str| api.kubectl_ok(&["get", "pod", pod, "-n", "team", "-o", "jsonpath={.metadata.uid}"]);
+    let uid =
+        |pod: &str| api.kubectl_ok(&["get", "pod", pod, "-n", "team", "-o", "jsonpath={.metadata.uid}"]);
     let token_for = |pod: &str| {
         let uid = format!("--bound-object-uid={}", uid(pod));
         let name = format!("--bound-object-name={pod}");
@@ -624,7 +626,9 @@ fn node_authorizer() {
 /// `e2e.k8s.io/skip-mutation`), `/validate` denies objects without that label.
 fn webhook_handler(path: &str, request: &Value) -> Value {
     // A subresource with a kind of its own is reviewed as that kind, as upstream.
-    if request["subResource"] == "binding" && request["kind"] != json!({"group": "", "version": "v1", "kind": "Binding"}) {
+    if request["subResource"] == "binding"
+        && request["kind"] != json!({"group": "", "version": "v1", "kind": "Binding"})
+    {
         return json!({"allowed": false, "status": {"code": 400, "message": format!("binding reviewed as {}", request["kind"])}});
     }
     let object = &request["object"];
@@ -755,7 +759,8 @@ fn webhooks() {
     // A binding (`pods/binding`, the scheduler's write) is admitted like any create.
     let files = tempfile::tempdir().expect("tempdir");
     let bind = |skip_mutation: bool| {
-        let annotations = if skip_mutation { r#""annotations":{"e2e.k8s.io/skip-mutation":"true"}"# } else { "" };
+        let annotations =
+            if skip_mutation { r#""annotations":{"e2e.k8s.io/skip-mutation":"true"}"# } else { "" };
         let path = files.path().join("binding.json");
         std::fs::write(
             &path,
@@ -1088,7 +1093,10 @@ fn audit_and_encryption() {
         violations.starts_with(r#"would violate PodSecurity "restricted:latest": privileged"#),
         "{annotations}"
     );
-    assert_eq!(annotations["pod-security.kubernetes.io/enforce-policy"], "privileged:latest", "{annotations}");
+    assert_eq!(
+        annotations["pod-security.kubernetes.io/enforce-policy"], "privileged:latest",
+        "{annotations}"
+    );
 
     // Key rotation as upstream documents it: a new key first, the old one still listed;
     // a restarted server reads key1 values and any write re-seals them with key2.
