@@ -17,6 +17,10 @@ PACKAGES=(
   # the partition and linearizability tests: members in network namespaces, cut off by
   # iptables DROP rules inside those namespaces (Debian 12: iptables-nft)
   iptables
+  # the kubelet's container runtime: containerd + runc over CRI, Debian's CNI plugins
+  # (/usr/lib/cni: bridge, host-local, loopback, portmap), and busybox-static, from which
+  # hack/build-images.sh makes the test image (no registry is reachable)
+  containerd runc containernetworking-plugins busybox-static
 )
 
 missing=()

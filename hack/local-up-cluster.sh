@@ -4,8 +4,10 @@
 # $LOCAL_UP_DIR, prints how to reach each component, and stops everything it started on
 # Ctrl-C or SIGTERM.
 #
-# Components today: etcd, kube-apiserver, kube-scheduler and kube-controller-manager. (The kubelet
-# is added here when it lands; it will use $LOCAL_UP_DIR/manifests.) kubectl reaches
+# Components: containerd (private config, socket and CNI bridge under $LOCAL_UP_DIR), etcd,
+# kube-apiserver, kube-scheduler, kube-controller-manager and a kubelet whose static pod
+# directory is $LOCAL_UP_DIR/manifests. Images come from hack/build-images.sh
+# (localhost/pause:3.10, localhost/busybox:latest): no registry is reachable. kubectl reaches
 # the cluster with KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig (a static admin token; the
 # serving certificate is self-signed and its CA is in $LOCAL_UP_DIR/certs/apiserver.crt).
 #
@@ -20,6 +22,10 @@
 #   CONTROLLER_MANAGER_HOST  address kube-controller-manager serves on (default 127.0.0.1);
 #                     CONTROLLER_MANAGER_SECURE_PORT (10257)
 #   CLUSTER_CIDR      pod network, one /24 per node from it (default 10.88.0.0/16)
+#   POD_CIDR          this node's pod network, the first /24 of CLUSTER_CIDR (default 10.88.0.0/24)
+#   HOSTNAME_OVERRIDE the node's name (default: the host name, lower case)
+#   KUBELET_HOST      address the kubelet serves on (default 127.0.0.1); KUBELET_PORT (10250),
+#                     KUBELET_HEALTHZ_PORT (10248)
 #   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 set -euo pipefail
@@ -38,6 +44,11 @@ SCHEDULER_SECURE_PORT="${SCHEDULER_SECURE_PORT:-10259}"
 CONTROLLER_MANAGER_HOST="${CONTROLLER_MANAGER_HOST:-127.0.0.1}"
 CONTROLLER_MANAGER_SECURE_PORT="${CONTROLLER_MANAGER_SECURE_PORT:-10257}"
 CLUSTER_CIDR="${CLUSTER_CIDR:-10.88.0.0/16}"
+POD_CIDR="${POD_CIDR:-10.88.0.0/24}"
+HOSTNAME_OVERRIDE="${HOSTNAME_OVERRIDE:-$(hostname | tr '[:upper:]' '[:lower:]')}"
+KUBELET_HOST="${KUBELET_HOST:-127.0.0.1}"
+KUBELET_PORT="${KUBELET_PORT:-10250}"
+KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10248}"
 SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="$CARGO_TARGET_DIR/release"
@@ -51,6 +62,21 @@ cleanup() {
   # writes (the scheduler hands back its leader Lease), the API server before etcd.
   local i
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    # The pods' containers outlive the kubelet (as upstream) and containerd (their shims
+    # are separate processes): kill them before containerd, the first one started, stops.
+    if ((i == 0)) && [[ -S "${CTRD_SOCK:-}" ]]; then
+      local ctr=(ctr --address "$CTRD_SOCK" -n k8s.io) id
+      for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+        "${ctr[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+      done
+      # Deleting a task ends its shim; a killed but undeleted task keeps it alive.
+      for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+        "${ctr[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
+      done
+      for id in $("${ctr[@]}" containers ls -q 2>/dev/null); do
+        "${ctr[@]}" containers delete "$id" >/dev/null 2>&1 || true
+      done
+    fi
     kill -TERM "${PIDS[i]}" 2>/dev/null || true
     wait "${PIDS[i]}" 2>/dev/null || true
   done
@@ -86,6 +112,22 @@ wait_up() {
   curl -fsS "$@" "$url" >/dev/null
 }
 
+# containerd first: the kubelet's runtime, with its own root, state, socket and CNI bridge.
+CTRD_DIR="$LOCAL_UP_DIR/containerd"
+CTRD_SOCK="$CTRD_DIR/containerd.sock"
+hack/containerd-config.sh "$CTRD_DIR" "$POD_CIDR" k8srs0
+containerd --config "$CTRD_DIR/config.toml" >"$LOCAL_UP_DIR/logs/containerd.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do
+  ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 && break
+  if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+    echo "local-up-cluster: containerd exited; see $LOCAL_UP_DIR/logs/containerd.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+hack/build-images.sh --address "$CTRD_SOCK"
+
 ETCD_CLIENT_URL="http://${ETCD_HOST}:${ETCD_PORT}"
 ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
 "$BIN/etcd" \
@@ -106,11 +148,13 @@ wait_up etcd "$ETCD_CLIENT_URL/health"
 # account tokens are signed with an ECDSA key made here once.
 mkdir -p "$LOCAL_UP_DIR/certs"
 new_token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]] || ! grep -q system:kube-scheduler "$LOCAL_UP_DIR/tokens.csv"; then
+if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]] || ! grep -q "system:node:$HOSTNAME_OVERRIDE," "$LOCAL_UP_DIR/tokens.csv"; then
   {
     echo "$(new_token),admin,admin,system:masters"
     echo "$(new_token),system:kube-scheduler,system:kube-scheduler"
     echo "$(new_token),system:kube-controller-manager,system:kube-controller-manager"
+    # The kubelet's identity for the Node authorizer and NodeRestriction.
+    echo "$(new_token),system:node:$HOSTNAME_OVERRIDE,system:node:$HOSTNAME_OVERRIDE,system:nodes"
   } >"$LOCAL_UP_DIR/tokens.csv"
 fi
 token_of() { grep ",$1," "$LOCAL_UP_DIR/tokens.csv" | cut -d, -f1; }
@@ -118,6 +162,20 @@ SA_KEY="$LOCAL_UP_DIR/certs/service-account.key"
 if [[ ! -s "$SA_KEY" ]]; then
   openssl ecparam -name prime256v1 -genkey -noout -out "$SA_KEY" 2>/dev/null
   chmod 600 "$SA_KEY"
+fi
+# The API server's client certificate towards kubelets (logs, exec, port-forward), signed by a
+# CA the kubelet trusts (its clientCAFile), as kubeadm's apiserver-kubelet-client.
+KUBELET_CA="$LOCAL_UP_DIR/certs/kubelet-client-ca.crt"
+if [[ ! -s "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" ]]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=kubelet-client-ca" \
+    -keyout "$LOCAL_UP_DIR/certs/kubelet-client-ca.key" -out "$KUBELET_CA" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+    -keyout "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" -out "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.csr" 2>/dev/null
+  openssl x509 -req -in "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.csr" -days 365 \
+    -CA "$KUBELET_CA" -CAkey "$LOCAL_UP_DIR/certs/kubelet-client-ca.key" -CAcreateserial \
+    -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n') \
+    -out "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" 2>/dev/null
+  chmod 600 "$LOCAL_UP_DIR"/certs/*.key
 fi
 "$BIN/kube-apiserver" \
   --etcd-servers="$ETCD_CLIENT_URL" \
@@ -131,6 +189,9 @@ fi
   --service-account-key-file="$SA_KEY" \
   --service-account-signing-key-file="$SA_KEY" \
   --service-cluster-ip-range="$SERVICE_CLUSTER_IP_RANGE" \
+  --kubelet-client-certificate="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" \
+  --kubelet-client-key="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
 API_URL="https://${API_HOST}:${API_SECURE_PORT}"
@@ -160,6 +221,7 @@ KUBECONFIG
 kubeconfig admin admin
 kubeconfig scheduler system:kube-scheduler
 kubeconfig controller system:kube-controller-manager
+kubeconfig kubelet "system:node:$HOSTNAME_OVERRIDE"
 
 # kube-scheduler, as system:kube-scheduler (the bootstrap RBAC policy's scheduler roles).
 "$BIN/kube-scheduler" \
@@ -190,6 +252,40 @@ wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healt
 PIDS+=($!)
 wait_up kube-controller-manager "https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/healthz" --insecure
 
+# The kubelet, as system:node:<name>: registers the Node, runs its pods through containerd
+# and the static pods in $LOCAL_UP_DIR/manifests.
+mkdir -p "$LOCAL_UP_DIR/manifests"
+cat >"$LOCAL_UP_DIR/kubelet-config.yaml" <<KUBELET
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: $LOCAL_UP_DIR/manifests
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+podLogsDir: $LOCAL_UP_DIR/pod-logs
+address: $KUBELET_HOST
+port: $KUBELET_PORT
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+clusterDomain: cluster.local
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $KUBELET_CA
+authorization:
+  mode: Webhook
+KUBELET
+"$BIN/kubelet" \
+  --kubeconfig="$LOCAL_UP_DIR/kubelet.kubeconfig" \
+  --config="$LOCAL_UP_DIR/kubelet-config.yaml" \
+  --hostname-override="$HOSTNAME_OVERRIDE" \
+  --node-ip="$KUBELET_HOST" \
+  --root-dir="$LOCAL_UP_DIR/kubelet" \
+  >"$LOCAL_UP_DIR/logs/kubelet.log" 2>&1 &
+PIDS+=($!)
+wait_up kubelet "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
+
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
@@ -199,6 +295,8 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
                   export KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig; kubectl get ns
   kube-scheduler  https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/metrics (self-signed)
   kube-controller-manager  https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/metrics (self-signed)
+  kubelet         node $HOSTNAME_OVERRIDE, https://${KUBELET_HOST}:${KUBELET_PORT} (containerd: $CTRD_SOCK)
+                  static pods: $LOCAL_UP_DIR/manifests; images: localhost/busybox:latest
 
 Press Ctrl-C to stop.
 INFO

@@ -1,5 +1,5 @@
 //! Generates the etcd v3 API types (prost) and gRPC services (tonic) from `proto/`, and
-//! the peer protocol between this project's etcd members.
+//! the peer protocol between this project's etcd members, and the CRI (`runtime.v1`).
 
 use std::path::PathBuf;
 
@@ -24,6 +24,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]
     .map(|p| root.join(p));
 
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_protos(&protos, &[root])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&protos, &[root.clone()])?;
+
+    // The CRI: the kubelet is its client; the server side is generated too so tests can
+    // stand in a runtime where containerd cannot run.
+    let cri = [root.join("cri/runtime/v1/api.proto")];
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_protos(&cri, &[root])?;
     Ok(())
 }

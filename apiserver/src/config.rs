@@ -67,6 +67,8 @@ pub struct Flags {
     pub audit: crate::audit::options::Options,
     #[command(flatten)]
     pub encryption: crate::encryption::options::Options,
+    #[command(flatten)]
+    pub kubelet: crate::kubelet_client::Options,
     /// The maximum number of non-mutating requests in flight at a given time.
     #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: usize,
@@ -104,6 +106,7 @@ pub struct Config {
     pub admission: crate::admission::options::Options,
     pub audit: crate::audit::options::Options,
     pub encryption: crate::encryption::options::Options,
+    pub kubelet: crate::kubelet_client::Options,
     pub max_readonly: usize,
     pub max_mutating: usize,
     pub request_timeout: Duration,
@@ -131,6 +134,7 @@ impl Flags {
             (None, None) => None,
             _ => return Err("--tls-cert-file and --tls-private-key-file go together".into()),
         };
+        self.kubelet.validate()?;
         let request_timeout = parse_duration(&self.request_timeout)
             .ok_or_else(|| format!("--request-timeout {}: not a duration", self.request_timeout))?;
         let advertise = self.advertise_address.unwrap_or(if self.bind_address.is_unspecified() {
@@ -159,6 +163,7 @@ impl Flags {
             admission: self.admission,
             audit: self.audit,
             encryption: self.encryption,
+            kubelet: self.kubelet,
             max_readonly: self.max_requests_inflight.max(1),
             max_mutating: self.max_mutating_requests_inflight.max(1),
             request_timeout,

@@ -105,6 +105,20 @@ fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static s
         )),
         "binding" => Some((json!({ "group": "", "version": "v1", "kind": "Binding" }), vec!["create"])),
         "finalize" => Some((same, vec!["update"])),
+        // The connect subresources ([`crate::connect`]): their options are the kind.
+        "log" => Some((same, vec!["get"])),
+        "exec" | "attach" | "portforward" => {
+            let kind = match name {
+                "exec" => "PodExecOptions",
+                "attach" => "PodAttachOptions",
+                _ => "PodPortForwardOptions",
+            };
+            Some((json!({ "group": "", "version": "v1", "kind": kind }), vec!["create", "get"]))
+        }
+        "proxy" => Some((
+            json!({ "group": "", "version": "v1", "kind": format!("{}ProxyOptions", info.kind) }),
+            vec!["create", "delete", "get", "patch", "update"],
+        )),
         "token" => Some((
             json!({ "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest" }),
             vec!["create"],

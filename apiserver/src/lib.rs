@@ -12,6 +12,8 @@
 //! - [`discovery`], [`openapi`], [`health`], [`metrics`].
 //! - [`selectors`], [`validation`], [`field_validation`], [`fieldmanager`], [`patch`], [`table`] and [`printers`], [`protobuf`].
 //! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`].
+//! - [`connect`] (`pods/log`, `exec`, `attach`, `portforward`, `nodes/proxy`) through the
+//!   [`kubelet_client`] and the upgrade-aware [`proxy`].
 //!
 //! A write: handler → decode → hooks (default, validate) → etcd Txn guarded by the
 //! resourceVersion → the change comes back through the etcd watch into the cache and out
@@ -24,6 +26,7 @@ pub mod authz;
 pub mod bootstrap;
 pub mod cacher;
 pub mod config;
+pub mod connect;
 pub mod context;
 pub mod discovery;
 pub mod encryption;
@@ -32,6 +35,7 @@ pub mod field_validation;
 pub mod fieldmanager;
 pub mod handlers;
 pub mod health;
+pub mod kubelet_client;
 pub mod metrics;
 pub mod namespaces;
 pub mod openapi;
@@ -39,6 +43,7 @@ pub mod patch;
 pub mod pods;
 pub mod printers;
 pub mod protobuf;
+pub mod proxy;
 pub mod registry;
 pub mod selectors;
 pub mod services;
@@ -142,6 +147,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         .map_err(StartError::Config)?;
     let authz = Arc::new(authz::Chain::new(&cfg.authorization, &registry).map_err(StartError::Config)?);
     let admission = Arc::new(admission::Chain::new(&cfg.admission, &registry).map_err(StartError::Config)?);
+    let kubelet = Arc::new(kubelet_client::KubeletClient::new(&cfg.kubelet).map_err(StartError::Config)?);
     let api = Arc::new(Api {
         registry: registry.clone(),
         limits: Limits {
@@ -158,6 +164,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         services,
         openapi: Arc::new(openapi::OpenApi::new(&registry)),
         audit,
+        kubelet,
     });
     {
         let registry = registry.clone();

@@ -15,7 +15,7 @@
 pub mod clientbuilder;
 pub mod controller;
 pub mod controllers;
-pub mod events;
+pub use component_base::events;
 pub mod expectations;
 pub mod informers;
 pub mod options;

@@ -16,7 +16,9 @@ pub mod apiserver;
 pub mod certs;
 pub mod cluster;
 pub mod component;
+pub mod containerd;
 pub mod fake_kubelet;
+pub mod kubelet;
 pub mod netns;
 pub mod pki;
 pub mod webhook;
@@ -38,6 +40,24 @@ pub fn bin(name: &str) -> PathBuf {
     let p = profile_dir.join(name);
     assert!(p.exists(), "{} not built; run `cargo build --release --bins` (hack/test.sh does)", p.display());
     p
+}
+
+/// Detaches every mount at or below `dir` (deepest first): what a kubelet or containerd of
+/// a test left behind (tmpfs volumes, pod network namespaces, overlay rootfs).
+pub fn unmount_under(dir: &Path) {
+    let prefix = dir.display().to_string();
+    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(String::from))
+        .filter(|m| m == &prefix || m.starts_with(&format!("{prefix}/")))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let Ok(path) = std::ffi::CString::new(m) else { continue };
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+    }
 }
 
 /// A multi-threaded tokio runtime for a test's gRPC clients.

@@ -1,4 +1,4 @@
-//! Protocol buffer definitions shared by the components: the etcd v3 API.
+//! Protocol buffer definitions shared by the components: the etcd v3 API and the CRI.
 //!
 //! The `.proto` files under `proto/` mirror upstream etcd v3.5 (`go.etcd.io/etcd/api/v3`)
 //! with the same package, service, message names and field numbers, so real etcd clients
@@ -36,6 +36,15 @@ pub mod etcdserverpb {
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
 pub mod etcdpeer {
     tonic::include_proto!("etcdpeer");
+}
+
+/// `runtime.v1`: the Container Runtime Interface (RuntimeService, ImageService) the kubelet
+/// speaks to containerd over a unix socket.
+pub mod cri {
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
+    pub mod v1 {
+        tonic::include_proto!("runtime.v1");
+    }
 }
 
 #[cfg(test)]

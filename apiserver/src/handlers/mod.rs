@@ -63,6 +63,8 @@ pub struct Api {
     pub openapi: Arc<OpenApi>,
     /// `--audit-*`: None when nothing is recorded.
     pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// Connections to the kubelets (logs, exec, attach, port-forward, `nodes/proxy`).
+    pub kubelet: Arc<crate::kubelet_client::KubeletClient>,
 }
 
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
@@ -398,8 +400,9 @@ impl Api {
             info.resource.clone(),
             info.subresource.clone().unwrap_or_default(),
         ));
-        // Long-running requests (watches) are not counted against in-flight limits.
-        let long_running = info.verb == "watch";
+        // Long-running requests (watches, streams, proxies) are not counted against
+        // in-flight limits and have no request timeout.
+        let long_running = request::is_long_running(&info);
         let permit = if long_running {
             None
         } else {
@@ -488,6 +491,10 @@ impl Api {
         req: Request<Incoming>,
     ) -> ApiResult<Response<BoxBody>> {
         let req = match virtual_resources::serve(self, &info, &q, req).await {
+            Ok(answered) => return answered,
+            Err(req) => req,
+        };
+        let req = match crate::connect::serve(self, &info, req).await {
             Ok(answered) => return answered,
             Err(req) => req,
         };

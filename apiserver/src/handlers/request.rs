@@ -42,7 +42,7 @@ pub fn parse(method: &Method, path: &str, query_watch: bool) -> Option<RequestIn
             info.resource = resource.to_string();
             info.name = tail.first().map(|s| s.to_string());
             info.subresource = tail.get(1).map(|s| s.to_string());
-            if tail.len() > 2 {
+            if tail.len() > 2 && !is_proxy(tail) {
                 return None;
             }
         }
@@ -50,7 +50,7 @@ pub fn parse(method: &Method, path: &str, query_watch: bool) -> Option<RequestIn
             info.resource = resource.to_string();
             info.name = tail.first().map(|s| s.to_string());
             info.subresource = tail.get(1).map(|s| s.to_string());
-            if tail.len() > 2 {
+            if tail.len() > 2 && !is_proxy(tail) {
                 return None;
             }
         }
@@ -67,9 +67,24 @@ pub fn parse(method: &Method, path: &str, query_watch: bool) -> Option<RequestIn
         (&Method::PATCH, _) => "patch",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
+        (&Method::OPTIONS, true) if info.subresource.as_deref() == Some("proxy") => "options",
         _ => return None,
     };
     Some(info)
+}
+
+/// `<name>/proxy/<path...>`: the path after `proxy` is the proxied one, not part of the
+/// request info (upstream keeps only the subresource).
+fn is_proxy(tail: &[&str]) -> bool {
+    tail.get(1) == Some(&"proxy")
+}
+
+/// Upstream's long-running check (`LongRunningRequestCheck` with the kube-apiserver's
+/// sets): watches and proxies, and the streaming subresources. These hold no in-flight
+/// slot and have no request timeout.
+pub fn is_long_running(info: &RequestInfo) -> bool {
+    matches!(info.verb, "watch" | "proxy")
+        || matches!(info.subresource.as_deref(), Some("attach" | "exec" | "proxy" | "log" | "portforward"))
 }
 
 #[cfg(test)]
@@ -107,5 +122,26 @@ mod tests {
         let r = p(Method::DELETE, "/api/v1/namespaces/default/configmaps");
         assert_eq!(r.verb, "deletecollection");
         assert!(parse(&Method::GET, "/healthz", false).is_none());
+    }
+
+    #[test]
+    fn connect_paths() {
+        let r = p(Method::GET, "/api/v1/nodes/n1/proxy/metrics/cadvisor");
+        assert_eq!(
+            (r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref(), r.verb),
+            ("nodes", Some("n1"), Some("proxy"), "get")
+        );
+        assert!(is_long_running(&r));
+        assert_eq!(p(Method::OPTIONS, "/api/v1/nodes/n1/proxy/").verb, "options");
+        assert!(parse(&Method::OPTIONS, "/api/v1/nodes/n1", false).is_none());
+        assert!(parse(&Method::GET, "/api/v1/namespaces/d/pods/p/status/x", false).is_none());
+        let r = p(Method::POST, "/api/v1/namespaces/d/pods/p/exec");
+        assert_eq!((r.subresource.as_deref(), r.verb), (Some("exec"), "create"));
+        assert!(is_long_running(&r));
+        let r = p(Method::GET, "/api/v1/namespaces/d/pods/p/log");
+        assert_eq!((r.subresource.as_deref(), r.verb), (Some("log"), "get"));
+        assert!(is_long_running(&r));
+        assert!(!is_long_running(&p(Method::GET, "/api/v1/namespaces/d/pods/p")));
+        assert!(is_long_running(&p(Method::GET, "/api/v1/watch/pods")));
     }
 }

@@ -38,11 +38,18 @@ pub fn resources() -> Vec<Arc<Resource>> {
             namespace::NamespaceHooks,
         ),
         Resource::new::<core::Pod>(
-            info_of::<core::Pod>("pod", &["po"], &["all"], true, &["status", "binding"], "pods"),
+            info_of::<core::Pod>(
+                "pod",
+                &["po"],
+                &["all"],
+                true,
+                &["status", "binding", "log", "exec", "attach", "portforward"],
+                "pods",
+            ),
             pod::PodHooks,
         ),
         Resource::new::<core::Node>(
-            info_of::<core::Node>("node", &["no"], &[], false, &["status"], "minions"),
+            info_of::<core::Node>("node", &["no"], &[], false, &["status", "proxy"], "minions"),
             node::NodeHooks,
         ),
         Resource::new::<core::Service>(

@@ -1,5 +1,5 @@
-//! Events about the objects controllers act on (`SuccessfulCreate`, `ScalingReplicaSet`,
-//! `NodeNotReady`, ...), written as core/v1 Events as upstream's controllers do, so
+//! Events about the objects components act on (`SuccessfulCreate`, `NodeNotReady`, `Pulled`,
+//! `BackOff`, ...), written as core/v1 Events as upstream's event recorder does, so
 //! `kubectl describe` shows them. The buffer is bounded and drops when full: events inform
 //! and must never slow a controller down.
 
@@ -23,6 +23,8 @@ pub enum Type {
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Event>,
+    /// `source.host`: the node, for a kubelet's events.
+    host: Option<String>,
 }
 
 impl Recorder {
@@ -44,7 +46,13 @@ impl Recorder {
                 }
             });
         }
-        Self { tx }
+        Self { tx, host: None }
+    }
+
+    /// The same recorder, naming `host` as every event's source host (the kubelet's node).
+    pub fn with_host(mut self, host: &str) -> Self {
+        self.host = Some(host.to_owned());
+        self
     }
 
     /// Queues an event about `obj` from `component` (e.g. `replicaset-controller`).
@@ -81,7 +89,8 @@ impl Recorder {
                 Type::Normal => "Normal".into(),
                 Type::Warning => "Warning".into(),
             }),
-            source: Some(EventSource { component: Some(component.to_owned()), host: None }),
+            source: Some(EventSource { component: Some(component.to_owned()), host: self.host.clone() }),
+            reporting_instance: self.host.clone(),
             reporting_component: Some(component.to_owned()),
             first_timestamp: Some(now.clone()),
             last_timestamp: Some(now),

@@ -1,0 +1,134 @@
+//! A private containerd for a test: its own root, state, socket, CNI bridge and pod CIDR
+//! (written by `hack/containerd-config.sh`), with the project's images imported by
+//! `hack/build-images.sh`. On drop every task it runs is killed, containerd stops, mounts
+//! under its directory are detached and its bridge is deleted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::wait_for;
+
+/// The repository's `hack/` directory.
+pub fn hack(script: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("hack").join(script)
+}
+
+/// The test image (`hack/build-images.sh`), under its versioned tag: pull policy IfNotPresent.
+pub const BUSYBOX: &str = "localhost/busybox:1.35";
+
+pub struct Containerd {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub bridge: String,
+    pub pod_cidr: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// True when this machine can run containers (root, containerd installed).
+pub fn available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && Path::new("/usr/bin/containerd").exists()
+}
+
+impl Containerd {
+    pub fn start() -> Containerd {
+        let dir = tempfile::Builder::new().prefix("ctrd").tempdir().expect("tempdir");
+        // A bridge name and a /24 no other test process on this machine uses at once.
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let bridge = format!("k8s{}x{n}", pid % 100_000);
+        let pod_cidr = format!("10.{}.{}.0/24", 100 + (pid % 100), (pid / 100 % 200) + n);
+        let out = Command::new("bash")
+            .arg(hack("containerd-config.sh"))
+            .args([dir.path().to_str().expect("utf-8 path"), &pod_cidr, &bridge])
+            .output()
+            .expect("containerd-config.sh");
+        assert!(out.status.success(), "containerd-config.sh: {}", String::from_utf8_lossy(&out.stderr));
+        let socket = dir.path().join("containerd.sock");
+        let log = std::fs::File::create(dir.path().join("containerd.log")).expect("log");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.path().join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting containerd");
+        let c = Containerd { child: Some(child), dir, socket, bridge, pod_cidr };
+        wait_for("containerd socket", Duration::from_secs(30), Duration::from_millis(100), || {
+            c.ctr(&["version"]).status.success().then_some(())
+        });
+        let out = Command::new("bash")
+            .arg(hack("build-images.sh"))
+            .arg("--address")
+            .arg(&c.socket)
+            .output()
+            .expect("build-images.sh");
+        assert!(
+            out.status.success(),
+            "build-images.sh: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    /// `ctr` against this instance, in the CRI's `k8s.io` namespace.
+    pub fn ctr(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running ctr")
+    }
+
+    /// IDs of the containers (sandboxes included) containerd holds.
+    pub fn containers(&self) -> Vec<String> {
+        let out = self.ctr(&["containers", "ls", "-q"]);
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let s = std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
+        let all: Vec<&str> = s.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- containerd log ---\n{}", self.log_tail(30));
+        }
+        // Tasks outlive containerd (their shims are separate processes): kill them first.
+        for id in self.containers() {
+            let _ = self.ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
+        }
+        for id in self.containers() {
+            let _ = self.ctr(&["tasks", "delete", "-f", &id]);
+            let _ = self.ctr(&["containers", "delete", &id]);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        crate::unmount_under(self.dir.path());
+        let _ = Command::new("ip").args(["link", "delete", &self.bridge]).output();
+    }
+}

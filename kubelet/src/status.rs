@@ -1,0 +1,381 @@
+//! A pod's API status from what the runtime reports: container statuses (state, last state,
+//! restart count, ready, started), phase (upstream's `getPhase`), conditions, IPs, QoS.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::cri;
+use crate::qos::qos_class;
+
+/// The newest two runtime records of one container name in the current sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerRecord {
+    pub latest: Option<cri::ContainerStatus>,
+    pub previous: Option<cri::ContainerStatus>,
+}
+
+impl ContainerRecord {
+    pub fn restart_count(&self) -> i32 {
+        self.latest
+            .as_ref()
+            .and_then(|s| s.annotations.get(cri::CONTAINER_RESTART_COUNT_ANNOTATION))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// What the pod worker knows about one container beyond the runtime's record: why it is
+/// waiting, and what the probes say.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerView {
+    pub waiting: Option<(String, String)>,
+    pub ready: bool,
+    pub started: bool,
+}
+
+/// Everything `compute` needs.
+pub struct Inputs<'a> {
+    pub pod: &'a Pod,
+    pub records: &'a HashMap<String, ContainerRecord>,
+    pub views: &'a HashMap<String, ContainerView>,
+    pub sandbox_ready: bool,
+    pub pod_ips: &'a [String],
+    pub host_ip: &'a str,
+    /// The status last written or read from the API, to keep transition times and startTime.
+    pub previous: Option<&'a PodStatus>,
+    pub now: Timestamp,
+}
+
+fn nanos_to_time(n: i64) -> Option<Time> {
+    (n > 0).then(|| Time(Timestamp::from_nanosecond(n as i128).unwrap_or(Timestamp::UNIX_EPOCH)))
+}
+
+fn terminated(s: &cri::ContainerStatus) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        exit_code: s.exit_code,
+        reason: Some(if s.reason.is_empty() {
+            if s.exit_code == 0 { "Completed".into() } else { "Error".into() }
+        } else {
+            s.reason.clone()
+        }),
+        message: (!s.message.is_empty()).then(|| s.message.clone()),
+        started_at: nanos_to_time(s.started_at),
+        finished_at: nanos_to_time(s.finished_at),
+        container_id: Some(format!("containerd://{}", s.id)),
+        signal: None,
+    }
+}
+
+fn container_status(
+    c: &Container,
+    rec: Option<&ContainerRecord>,
+    view: Option<&ContainerView>,
+) -> ContainerStatus {
+    let rec = rec.cloned().unwrap_or_default();
+    let view = view.cloned().unwrap_or_default();
+    let latest = rec.latest.as_ref();
+    let running = latest.map(|s| s.state == cri::ContainerState::ContainerRunning as i32).unwrap_or(false);
+    let state = match (latest, &view.waiting) {
+        (Some(s), _) if s.state == cri::ContainerState::ContainerRunning as i32 => ContainerState {
+            running: Some(ContainerStateRunning { started_at: nanos_to_time(s.started_at) }),
+            ..Default::default()
+        },
+        (_, Some((reason, message))) => ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.clone()),
+                message: (!message.is_empty()).then(|| message.clone()),
+            }),
+            ..Default::default()
+        },
+        (Some(s), None) if s.state == cri::ContainerState::ContainerExited as i32 => {
+            ContainerState { terminated: Some(terminated(s)), ..Default::default() }
+        }
+        _ => ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some("ContainerCreating".into()), message: None }),
+            ..Default::default()
+        },
+    };
+    // The last termination: the latest record when the container is waiting to restart,
+    // else the one before it.
+    let last = if state.waiting.is_some()
+        && latest.map(|s| s.state == cri::ContainerState::ContainerExited as i32).unwrap_or(false)
+    {
+        latest
+    } else {
+        rec.previous.as_ref()
+    };
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: latest.map(|s| s.image_ref.clone()).unwrap_or_default(),
+        container_id: latest.map(|s| format!("containerd://{}", s.id)),
+        ready: running && view.ready,
+        started: Some(running && view.started),
+        restart_count: rec.restart_count(),
+        state: Some(state),
+        last_state: Some(match last {
+            Some(s) if s.state == cri::ContainerState::ContainerExited as i32 => {
+                ContainerState { terminated: Some(terminated(s)), ..Default::default() }
+            }
+            _ => ContainerState::default(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn restart_policy(pod: &Pod) -> &str {
+    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
+}
+
+/// Whether an init container finished successfully.
+fn init_succeeded(rec: Option<&ContainerRecord>) -> bool {
+    rec.and_then(|r| r.latest.as_ref())
+        .map(|s| s.state == cri::ContainerState::ContainerExited as i32 && s.exit_code == 0)
+        .unwrap_or(false)
+}
+
+/// Upstream's `getPhase` over container statuses.
+pub fn phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus]) -> &'static str {
+    let policy = restart_policy(pod);
+    let init_failed_for_good = init.iter().any(|s| {
+        let t = s.state.as_ref().and_then(|st| st.terminated.as_ref());
+        let last_failed = s
+            .last_state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .map(|t| t.exit_code != 0)
+            .unwrap_or(false);
+        policy == "Never" && (t.map(|t| t.exit_code != 0).unwrap_or(false) || last_failed)
+    });
+    if init_failed_for_good {
+        return "Failed";
+    }
+    let init_done = init.iter().all(|s| {
+        s.state.as_ref().and_then(|st| st.terminated.as_ref()).map(|t| t.exit_code == 0).unwrap_or(false)
+    });
+    if !init_done {
+        return "Pending";
+    }
+    let (mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in regular {
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if st.waiting.is_some() {
+            match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                Some(t) => {
+                    stopped += 1;
+                    if t.exit_code == 0 {
+                        succeeded += 1;
+                    }
+                }
+                None => waiting += 1,
+            }
+        }
+    }
+    if waiting > 0 {
+        "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if stopped > 0 {
+        if policy == "Always" {
+            "Running"
+        } else if stopped == succeeded {
+            "Succeeded"
+        } else if policy == "Never" {
+            "Failed"
+        } else {
+            "Running"
+        }
+    } else {
+        "Pending"
+    }
+}
+
+/// The API status for the pod as it stands.
+pub fn compute(i: &Inputs<'_>) -> PodStatus {
+    let spec = i.pod.spec.clone().unwrap_or_default();
+    let init: Vec<ContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name)))
+        .collect();
+    let regular: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name)))
+        .collect();
+    let phase = phase(i.pod, &init, &regular);
+    let initialized = spec.init_containers.iter().flatten().all(|c| init_succeeded(i.records.get(&c.name)));
+    let containers_ready = regular.iter().all(|s| s.ready);
+    let prev_conditions = i.previous.and_then(|p| p.conditions.clone()).unwrap_or_default();
+    let cond = |type_: &str, ok: bool, reason: Option<&str>| {
+        let status = if ok { "True" } else { "False" };
+        let since = prev_conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(i.now));
+        PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            last_transition_time: Some(since),
+            reason: if ok { None } else { reason.map(String::from) },
+            ..Default::default()
+        }
+    };
+    let terminal = phase == "Succeeded" || phase == "Failed";
+    let mut conditions = vec![
+        cond("PodReadyToStartContainers", i.sandbox_ready && !terminal, None),
+        cond("Initialized", initialized, Some("ContainersNotInitialized")),
+        cond(
+            "Ready",
+            containers_ready && !terminal,
+            Some(if terminal { "PodCompleted" } else { "ContainersNotReady" }),
+        ),
+        cond(
+            "ContainersReady",
+            containers_ready && !terminal,
+            Some(if terminal { "PodCompleted" } else { "ContainersNotReady" }),
+        ),
+    ];
+    if let Some(sched) = prev_conditions.iter().find(|c| c.type_ == "PodScheduled") {
+        conditions.push(sched.clone());
+    } else {
+        conditions.push(cond("PodScheduled", true, None));
+    }
+    let host_network = spec.host_network.unwrap_or(false);
+    let ips: Vec<String> = if host_network { vec![i.host_ip.to_string()] } else { i.pod_ips.to_vec() };
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(conditions),
+        host_ip: (!i.host_ip.is_empty()).then(|| i.host_ip.to_string()),
+        host_ips: (!i.host_ip.is_empty()).then(|| vec![HostIP { ip: i.host_ip.to_string() }]),
+        pod_ip: ips.first().cloned(),
+        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: Some(i.previous.and_then(|p| p.start_time.clone()).unwrap_or(Time(i.now))),
+        qos_class: Some(qos_class(i.pod).as_str().into()),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        container_statuses: Some(regular),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(state: cri::ContainerState, exit: i32, attempt: u32) -> cri::ContainerStatus {
+        cri::ContainerStatus {
+            id: format!("id{attempt}"),
+            state: state as i32,
+            exit_code: exit,
+            started_at: 1_700_000_000_000_000_000,
+            annotations: [(cri::CONTAINER_RESTART_COUNT_ANNOTATION.to_string(), attempt.to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(policy: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap()
+    }
+
+    fn status(pod: &Pod, rec: ContainerRecord, view: ContainerView) -> PodStatus {
+        let records = HashMap::from([("c".to_string(), rec)]);
+        let views = HashMap::from([("c".to_string(), view)]);
+        compute(&Inputs {
+            pod,
+            records: &records,
+            views: &views,
+            sandbox_ready: true,
+            pod_ips: &["10.1.0.2".into()],
+            host_ip: "192.168.1.1",
+            previous: None,
+            now: Timestamp::UNIX_EPOCH,
+        })
+    }
+
+    #[test]
+    fn running_ready_and_crashloop() {
+        let p = pod("Always");
+        let s = status(
+            &p,
+            ContainerRecord {
+                latest: Some(record(cri::ContainerState::ContainerRunning, 0, 0)),
+                previous: None,
+            },
+            ContainerView { waiting: None, ready: true, started: true },
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.0.2"));
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert!(cs.ready);
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://id0"));
+        assert!(s.conditions.unwrap().iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+
+        let s = status(
+            &p,
+            ContainerRecord {
+                latest: Some(record(cri::ContainerState::ContainerExited, 1, 3)),
+                previous: None,
+            },
+            ContainerView {
+                waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"), "a crash-looping container's pod stays Running");
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.restart_count, 3);
+        assert_eq!(
+            cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        assert_eq!(cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
+    }
+
+    #[test]
+    fn terminal_phases() {
+        let done = || ContainerRecord {
+            latest: Some(record(cri::ContainerState::ContainerExited, 0, 0)),
+            previous: None,
+        };
+        let failed = || ContainerRecord {
+            latest: Some(record(cri::ContainerState::ContainerExited, 2, 0)),
+            previous: None,
+        };
+        assert_eq!(
+            status(&pod("Never"), done(), ContainerView::default()).phase.as_deref(),
+            Some("Succeeded")
+        );
+        assert_eq!(
+            status(&pod("Never"), failed(), ContainerView::default()).phase.as_deref(),
+            Some("Failed")
+        );
+        assert_eq!(
+            status(&pod("OnFailure"), done(), ContainerView::default()).phase.as_deref(),
+            Some("Succeeded")
+        );
+        assert_eq!(
+            status(&pod("Always"), ContainerRecord::default(), ContainerView::default()).phase.as_deref(),
+            Some("Pending")
+        );
+    }
+}
