@@ -43,6 +43,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# No controller-manager runs here, so nothing would lift the not-ready taint that
+# TaintNodesByCondition puts on a new Node: that plugin is off, with ServiceAccount (no
+# controller makes `default` accounts either).
+API_ARGS=(--disable-admission-plugins=ServiceAccount,TaintNodesByCondition)
 start_control_plane "$B/etcd"
 "$B/kube-scheduler" --kubeconfig="$SCRATCH/kubeconfig" --leader-elect=false --secure-port=0 >"$SCRATCH/scheduler.log" 2>&1 &
 PIDS+=($!)
