@@ -18,7 +18,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 export LIN_SECONDS="${LIN_SECONDS:-300}"
 export LIN_CHECK_TIMEOUT="${LIN_CHECK_TIMEOUT:-600}"
 
-cargo build --release --workspace --bins --locked
+cargo build --release --workspace --bins --tests --locked
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --locked -p e2e --test linearizability --no-capture "$@"
 else

@@ -88,7 +88,7 @@ trap 'exit 143' TERM
 hack/install-deps.sh
 echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
 # The same build as hack/test.sh (whole workspace), so the two share every artifact.
-cargo build --release --locked --workspace --bins
+cargo build --release --locked --workspace --bins --tests
 
 mkdir -p "$LOCAL_UP_DIR/logs"
 
@@ -116,7 +116,9 @@ wait_up() {
 CTRD_DIR="$LOCAL_UP_DIR/containerd"
 CTRD_SOCK="$CTRD_DIR/containerd.sock"
 hack/containerd-config.sh "$CTRD_DIR" "$POD_CIDR" k8srs0
-containerd --config "$CTRD_DIR/config.toml" >"$LOCAL_UP_DIR/logs/containerd.log" 2>&1 &
+# In its own session: Ctrl-C (SIGINT to the terminal's process group) must not stop it
+# before cleanup has removed the pods' containers through it.
+setsid containerd --config "$CTRD_DIR/config.toml" >"$LOCAL_UP_DIR/logs/containerd.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 300); do
   ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 && break

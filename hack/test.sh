@@ -11,7 +11,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 # One profile everywhere (tests, local cluster, benchmarks), so heavy C++ builds once.
 PROFILE=(--release)
 
-cargo build "${PROFILE[@]}" --workspace --bins --locked
+# Binaries and tests in one build: the test build turns on dev-dependencies' features, so
+# a build of the binaries alone would be another set of artifacts, built twice. Every
+# script here builds this same set (local-up-cluster, benchmarks) and shares it.
+cargo build "${PROFILE[@]}" --workspace --bins --tests --locked
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run "${PROFILE[@]}" --workspace --locked --no-fail-fast "$@"
 else

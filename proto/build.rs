@@ -1,5 +1,6 @@
 //! Generates the etcd v3 API types (prost) and gRPC services (tonic) from `proto/`, and
-//! the peer protocol between this project's etcd members, and the CRI (`runtime.v1`).
+//! the peer protocol between this project's etcd members, the CRI (`runtime.v1`) and the
+//! gRPC health protocol (`grpc.health.v1`).
 
 use std::path::PathBuf;
 
@@ -31,7 +32,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The CRI: the kubelet is its client; the server side is generated too so tests can
     // stand in a runtime where containerd cannot run.
-    let cri = [root.join("cri/runtime/v1/api.proto")];
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_protos(&cri, &[root])?;
+    // The gRPC health protocol the kubelet's gRPC probes call (the server side is for tests).
+    let node_protos = [root.join("cri/runtime/v1/api.proto"), root.join("grpc/health/v1/health.proto")];
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&node_protos, &[root])?;
     Ok(())
 }

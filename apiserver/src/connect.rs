@@ -10,7 +10,8 @@
 //!   `GenericHttpResponseChecker` words it.
 //! - `pods/exec` and `pods/attach` (GET or POST, upgrade required) proxy to
 //!   `/exec|attach/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1&tty=1`,
-//!   `pods/portforward` to `/portForward/<ns>/<pod>?port=..` ([`crate::proxy`]).
+//!   `pods/portforward` to `/portForward/<ns>/<pod>?port=..` ([`crate::proxy`]); WebSocket
+//!   clients of the newer protocols through [`crate::stream_translator`].
 //! - `nodes/<[scheme:]name[:port]>/proxy/<path>` (any method) proxies to `/<path>` on the
 //!   kubelet (or, with another port, that port of the node).
 //!
@@ -29,6 +30,7 @@ use crate::handlers::request::RequestInfo;
 use crate::handlers::{Api, BoxBody, BoxError};
 use crate::kubelet_client::NodeConnection;
 use crate::proxy::{self, Location};
+use crate::stream_translator;
 
 /// The most of a kubelet's error body read (upstream's `maxReadLength`).
 const MAX_ERROR_BODY: usize = 50_000;
@@ -453,6 +455,11 @@ async fn stream(
         port: conn.port,
         path_and_query: if query.is_empty() { path } else { format!("{path}?{query}") },
     };
+    if let Some(mode) =
+        stream_translator::mode(sub, req.headers(), opts.stdin, opts.stdout, opts.stderr, opts.tty)
+    {
+        return stream_translator::serve(&loc, req, mode, api.kubelet.timeout).await;
+    }
     proxy::forward(&loc, req, true, api.kubelet.timeout).await
 }
 

@@ -11,9 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ClientConfig;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::Value;
 
 use crate::errors::{ApiError, ApiResult};
@@ -117,7 +114,8 @@ impl KubeletClient {
     pub fn new(opts: &Options) -> Result<Self, String> {
         opts.validate()?;
         let cert_and_key = opts.kubelet_client_certificate.as_deref().zip(opts.kubelet_client_key.as_deref());
-        let insecure = insecure_config(cert_and_key)?;
+        let insecure = component_base::tls::insecure_client_config(cert_and_key, &[b"http/1.1"])
+            .map_err(|e| format!("--kubelet-client-certificate/--kubelet-client-key: {e}"))?;
         let tls = match &opts.kubelet_certificate_authority {
             Some(ca) => component_base::tls::client_config(Some(ca), cert_and_key, &[b"http/1.1"])
                 .map_err(|e| format!("--kubelet-certificate-authority: {e}"))?,
@@ -206,72 +204,6 @@ pub fn kubelet_port(node: &Value) -> u16 {
         .and_then(|p| u16::try_from(p).ok())
         .filter(|p| *p > 0)
         .unwrap_or(DEFAULT_KUBELET_PORT)
-}
-
-/// A client configuration that accepts any server certificate (signatures are still
-/// checked, so the peer holds the key of the certificate it shows).
-fn insecure_config(
-    cert_and_key: Option<(&std::path::Path, &std::path::Path)>,
-) -> Result<Arc<ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(NoVerification(provider)));
-    let mut config = match cert_and_key {
-        Some((cert, key)) => {
-            let certs = component_base::tls::load_certs(cert)
-                .map_err(|e| format!("--kubelet-client-certificate: {e}"))?;
-            let key = component_base::tls::load_private_key(key)
-                .map_err(|e| format!("--kubelet-client-key: {e}"))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("--kubelet-client-certificate: {e}"))?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// Go's `InsecureSkipVerify`.
-#[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

@@ -146,16 +146,21 @@ pub fn is_upgrade_request(headers: &HeaderMap) -> bool {
         .any(|v| v.to_str().is_ok_and(|s| s.to_ascii_lowercase().contains("upgrade")))
 }
 
-/// The header names listed in `Connection` (hop-by-hop by declaration).
-fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
+/// The elements of a comma-separated list header, over all its lines, trimmed.
+pub fn header_list(headers: &HeaderMap, name: header::HeaderName) -> Vec<String> {
     headers
-        .get_all(header::CONNECTION)
+        .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
+        .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty())
         .collect()
+}
+
+/// The header names listed in `Connection` (hop-by-hop by declaration).
+fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
+    header_list(headers, header::CONNECTION).into_iter().map(|t| t.to_ascii_lowercase()).collect()
 }
 
 /// The headers of the request sent on: the caller's less its credentials (already
@@ -282,33 +287,50 @@ pub async fn forward(
         .map_err(|e| ApiError::internal(format!("building the backend request: {e}")))?;
     let mut resp = send(io, out).await.map_err(|e| backend_error(format!("error dialing backend: {e}")))?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let (parts, body) = resp.into_parts();
-        tracing::debug!(url = loc.url(), status = parts.status.as_u16(), "the backend did not upgrade");
-        let bytes =
-            Limited::new(body, MAX_REFUSAL_BODY).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-        let mut r = Response::new(Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
-        *r.status_mut() = parts.status;
-        let mut headers = response_headers(&parts.headers);
-        headers.remove(header::CONTENT_LENGTH);
-        *r.headers_mut() = headers;
-        return Ok(r);
+        return Ok(refused(loc, resp).await);
     }
     let backend_upgrade = hyper::upgrade::on(&mut resp);
-    let url = loc.url();
-    tokio::spawn(async move {
-        let (client, backend) = match tokio::join!(client_upgrade, backend_upgrade) {
-            (Ok(c), Ok(b)) => (c, b),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(url, err = %e, "proxied upgrade failed");
-                return;
-            }
-        };
-        splice(client, backend, &url).await;
+    when_upgraded(client_upgrade, backend_upgrade, loc.url(), |client, backend, url| async move {
+        splice(client, backend, &url).await
     });
     let mut r = Response::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync());
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *r.headers_mut() = resp.headers().clone();
     Ok(r)
+}
+
+/// A backend's answer to an upgrade it did not grant, passed back as it came (kubectl falls
+/// back from WebSocket to SPDY on it).
+pub async fn refused(loc: &Location, resp: Response<Incoming>) -> Response<BoxBody> {
+    let (parts, body) = resp.into_parts();
+    tracing::debug!(url = loc.url(), status = parts.status.as_u16(), "the backend did not upgrade");
+    let bytes =
+        Limited::new(body, MAX_REFUSAL_BODY).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let mut r = Response::new(Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
+    *r.status_mut() = parts.status;
+    let mut headers = response_headers(&parts.headers);
+    headers.remove(header::CONTENT_LENGTH);
+    *r.headers_mut() = headers;
+    r
+}
+
+/// Runs `f` on the client's and the backend's switched connections (with the backend URL,
+/// for messages) once both upgrades completed.
+pub fn when_upgraded<F, Fut>(
+    client: hyper::upgrade::OnUpgrade,
+    backend: hyper::upgrade::OnUpgrade,
+    url: String,
+    f: F,
+) where
+    F: FnOnce(hyper::upgrade::Upgraded, hyper::upgrade::Upgraded, String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        match tokio::join!(client, backend) {
+            (Ok(c), Ok(b)) => f(c, b, url).await,
+            (Err(e), _) | (_, Err(e)) => tracing::warn!(url, err = %e, "proxied upgrade failed"),
+        }
+    });
 }
 
 /// Copies bytes both ways between two switched connections until both directions ended.

@@ -103,19 +103,38 @@ impl Containerd {
     }
 }
 
+/// Kills and deletes every task and container of the containerd at `socket` (`k8s.io`
+/// namespace); runc removes their cgroups.
+pub fn remove_all_containers(socket: &std::path::Path) {
+    let ctr = |args: &[&str]| {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+    };
+    let containers = || -> Vec<String> {
+        let out = ctr(&["containers", "ls", "-q"]).map(|o| o.stdout).unwrap_or_default();
+        String::from_utf8_lossy(&out).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+    };
+    for id in containers() {
+        let _ = ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
+    }
+    for id in containers() {
+        let _ = ctr(&["tasks", "delete", "-f", &id]);
+        let _ = ctr(&["containers", "delete", &id]);
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- containerd log ---\n{}", self.log_tail(30));
         }
         // Tasks outlive containerd (their shims are separate processes): kill them first.
-        for id in self.containers() {
-            let _ = self.ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
-        }
-        for id in self.containers() {
-            let _ = self.ctr(&["tasks", "delete", "-f", &id]);
-            let _ = self.ctr(&["containers", "delete", &id]);
-        }
+        remove_all_containers(&self.socket);
         if let Some(mut c) = self.child.take() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(c.id() as i32),

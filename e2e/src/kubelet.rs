@@ -23,6 +23,7 @@ pub struct Kubelet {
     pub manifests: PathBuf,
     pub root_dir: PathBuf,
     pub cgroup_root: String,
+    runtime_socket: PathBuf,
     args: Vec<String>,
 }
 
@@ -80,6 +81,7 @@ impl Kubelet {
             manifests,
             root_dir,
             cgroup_root,
+            runtime_socket: ctrd.socket.clone(),
             args,
         };
         k.spawn();
@@ -170,6 +172,8 @@ impl Drop for Kubelet {
             eprintln!("--- kubelet {} log ---\n{}", self.node, self.log_tail(80));
         }
         self.kill();
+        // Its containers go before its cgroup root can (containerd itself stops later).
+        crate::containerd::remove_all_containers(&self.runtime_socket);
         crate::unmount_under(self.dir.path());
         // The cgroup root of this kubelet: remove what is left, deepest first.
         for ctrl in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {

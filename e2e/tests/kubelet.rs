@@ -168,6 +168,32 @@ fn curl(url: &str) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
 }
 
+/// `cat` through kube-rs's WebSocket exec: what is written to stdin comes back once stdin
+/// is closed (v5's close signal), and the status is Success.
+fn kube_rs_exec(kubeconfig: &std::path::Path, pod: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = e2e::fake_kubelet::client(kubeconfig).await;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "default");
+        let params = kube::api::AttachParams::default().stdin(true).stdout(true).stderr(false);
+        let mut proc = pods.exec(pod, ["cat"], &params).await.expect("kube-rs exec");
+        let mut stdin = proc.stdin().unwrap();
+        stdin.write_all(b"through websocket\n").await.unwrap();
+        // Shutting the writer down is kube-rs's end of stdin (dropping one half is not).
+        stdin.shutdown().await.unwrap();
+        let mut out = String::new();
+        let mut stdout = proc.stdout().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), stdout.read_to_string(&mut out))
+            .await
+            .expect("cat ends once stdin closes")
+            .unwrap();
+        assert_eq!(out, "through websocket\n");
+        let status = proc.take_status().unwrap().await.expect("a status on the error channel");
+        assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+    });
+}
+
 #[test]
 fn node_pods_network_api_and_cleanup() {
     if skip() {
@@ -243,16 +269,17 @@ fn node_pods_network_api_and_cleanup() {
     assert_eq!(c.kubectl(&["logs", "client"]).trim(), target_name);
     let ls = c.kubectl(&["exec", &target_name, "--", "ls", "/"]);
     assert!(ls.lines().any(|l| l == "bin") && ls.lines().any(|l| l == "etc"), "{ls}");
+    // kubectl speaks WebSocket v5 to the API server, which translates to SPDY for the
+    // kubelet; at -v=4 client-go says when it falls back to SPDY, which must not happen.
     let out = c.api.kubectl_stdin(
-        &["exec", "-i", &target_name, "--", "sh", "-c", "cat > /tmp/in; tr a-z A-Z < /tmp/in"],
+        &["exec", "-v=4", "-i", &target_name, "--", "sh", "-c", "cat > /tmp/in; tr a-z A-Z < /tmp/in"],
         "from stdin\n",
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "FROM STDIN\n",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "FROM STDIN\n", "{stderr}");
+    assert!(!stderr.to_lowercase().contains("fallback"), "kubectl fell back to SPDY: {stderr}");
+    // kube-rs speaks only WebSocket (v5 preferred): stdin closed mid-session ends `cat`.
+    kube_rs_exec(&c.api.kubeconfig, &target_name);
     let local = c.kubelet.dir.path().join("cp-src.txt");
     std::fs::write(&local, "copied both ways\n").unwrap();
     c.kubectl(&["cp", local.to_str().unwrap(), &format!("default/{target_name}:/tmp/cp.txt")]);
@@ -274,8 +301,12 @@ fn node_pods_network_api_and_cleanup() {
     let (code, body) = c.kubelet.get("/pods", Some(ADMIN_TOKEN));
     assert_eq!(code, 200);
     assert!(e2e::json(&body)["items"].as_array().unwrap().len() >= 4, "{body}");
-    let (_, metrics) = c.kubelet.get("/metrics", Some(ADMIN_TOKEN));
-    // Three web pods run; the finished client's sandbox is stopped, as upstream.
+    // Three web pods run; the finished client's sandbox is stopped (soon after it
+    // finished), as upstream.
+    let metrics = wait_for("the client's sandbox stopped", WAIT, POLL, || {
+        let (_, metrics) = c.kubelet.get("/metrics", Some(ADMIN_TOKEN));
+        metrics.contains("kubelet_running_pods 3\n").then_some(metrics)
+    });
     for m in [
         "kubelet_running_pods 3",
         "kubelet_pod_start_duration_seconds_count",
@@ -284,6 +315,44 @@ fn node_pods_network_api_and_cleanup() {
         assert!(metrics.contains(m), "{m} not in /metrics");
     }
     assert!(metrics.contains("kubelet_running_containers{container_state=\"running\"} 3"), "{metrics}");
+    // /stats/summary: the node from its cgroups and filesystems, the pods with containers
+    // as containerd counts them; the target pod's network saw the requests above.
+    let (code, body) = c.kubelet.get("/stats/summary", Some(ADMIN_TOKEN));
+    assert_eq!(code, 200, "{body}");
+    let summary = e2e::json(&body);
+    let node = &summary["node"];
+    assert_eq!(node["nodeName"], "kl-node-1");
+    assert!(node["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0, "{node}");
+    assert!(node["memory"]["workingSetBytes"].as_u64().unwrap() > 0, "{node}");
+    assert!(node["fs"]["capacityBytes"].as_u64().unwrap() > 0, "{node}");
+    assert!(node["runtime"]["imageFs"]["usedBytes"].as_u64().unwrap() > 0, "{node}");
+    assert!(node["rlimit"]["curproc"].as_u64().unwrap() > 0, "{node}");
+    let stats = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == target_name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{target_name} not in {summary}"));
+    assert_eq!(stats["podRef"]["uid"], target["metadata"]["uid"]);
+    let container = &stats["containers"][0];
+    assert_eq!(container["name"], "busybox", "{stats}");
+    assert!(container["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0, "{stats}");
+    assert!(container["memory"]["workingSetBytes"].as_u64().unwrap() > 0, "{stats}");
+    assert!(container["logs"]["capacityBytes"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats["memory"]["usageBytes"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats["process_stats"]["process_count"].as_u64().unwrap() >= 2, "pause and httpd: {stats}");
+    assert_eq!(stats["network"]["name"], "eth0", "{stats}");
+    assert!(stats["network"]["rxBytes"].as_u64().unwrap() > 0, "{stats}");
+    let volume_names: Vec<&str> =
+        stats["volume"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+    for v in target["spec"]["volumes"].as_array().into_iter().flatten() {
+        assert!(volume_names.contains(&v["name"].as_str().unwrap()), "{v} not in {stats}");
+    }
+    // A second summary has CPU rates.
+    let again = e2e::json(&c.kubelet.get("/stats/summary?only_cpu_and_memory=true", Some(ADMIN_TOKEN)).1);
+    assert!(again["node"]["cpu"]["usageNanoCores"].is_u64(), "{again}");
+    assert!(again["node"].get("fs").is_none(), "only CPU and memory: {again}");
 
     // Deleting a pod stops it within its grace period and leaves nothing behind.
     let uid = target["metadata"]["uid"].as_str().unwrap().to_string();

@@ -27,7 +27,7 @@ HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins 2>&1 | grep -E '^(warning|error)' || true
+cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
 B="$CARGO_TARGET_DIR/release"
 
 . hack/bench/lib.sh

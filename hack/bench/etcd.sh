@@ -19,7 +19,7 @@ SCRATCH="${SCRATCH:-/var/tmp/etcd-bench}"
 HOST=127.0.0.1
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins 2>&1 | grep -E '^(warning|error)' || true
+cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
 OURS="$CARGO_TARGET_DIR/release/etcd"
 READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 REAL=/usr/bin/etcd

@@ -20,7 +20,7 @@ TOKEN=bench-token
 SCRATCH="$(mktemp -d /tmp/pod-startup.XXXXXX)"
 source hack/bench/lib.sh
 
-cargo build --release --locked --workspace --bins >/dev/null
+cargo build --release --locked --workspace --bins --tests >/dev/null
 
 PIDS=()
 cleanup() {
@@ -90,13 +90,29 @@ if [[ -z "$ready" ]]; then
 fi
 
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$1/stat"; }
+# CPU seconds of this benchmark's containerd shims (one per pod; runc's and the CNI
+# plugins' time is counted in the shim or containerd that waited for them).
+shim_cpu_seconds() {
+  local pid total=0
+  for pid in $(pgrep -f "containerd-shim.*-address $SCRATCH/ctrd/containerd.sock"); do
+    total=$(awk -v a="$total" -v b="$(cpu_seconds "$pid" 2>/dev/null || echo 0)" 'BEGIN{print a + b}')
+  done
+  echo "$total"
+}
+# Busy CPU seconds of the whole machine (all but idle and iowait).
+machine_busy_seconds() {
+  awk -v t="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8 + $9) / t}' /proc/stat
+}
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 # measure N: creates N pods while a watch records, per pod, when it was first seen (ADDED)
 # and first seen Running; prints the latency percentiles.
 measure() {
-  local n=$1 cpu0
+  local n=$1 cpu0 ctrd0 busy0 t0
   cpu0=$(cpu_seconds "$KUBELET_PID")
+  ctrd0=$(cpu_seconds "$CTRD_PID")
+  busy0=$(machine_busy_seconds)
+  t0=$(date +%s.%N)
   python3 - "$n" "$SCRATCH" <<'PY'
 import json, subprocess, sys, time, threading
 n, scratch = int(sys.argv[1]), sys.argv[2]
@@ -144,6 +160,10 @@ PY
   echo "  kubelet CPU $(awk -v a="$(cpu_seconds "$KUBELET_PID")" -v b="$cpu0" 'BEGIN{printf "%.1f", a-b}') s;" \
     "kubelet RSS $(($(status_kib "$KUBELET_PID" VmRSS) / 1024)) MiB (peak $(($(status_kib "$KUBELET_PID" VmHWM) / 1024)) MiB);" \
     "containerd RSS $(($(status_kib "$CTRD_PID" VmRSS) / 1024)) MiB (peak $(($(status_kib "$CTRD_PID" VmHWM) / 1024)) MiB)"
+  echo "  CPU over the batch: containerd $(awk -v a="$(cpu_seconds "$CTRD_PID")" -v b="$ctrd0" 'BEGIN{printf "%.1f", a-b}') s," \
+    "its $n shims $(awk -v a="$(shim_cpu_seconds)" 'BEGIN{printf "%.1f", a}') s," \
+    "whole machine $(awk -v a="$(machine_busy_seconds)" -v b="$busy0" -v w="$(date +%s.%N)" -v t="$t0" -v c="$(nproc)" \
+      'BEGIN{printf "%.1f s busy of %.1f s available (%.0f%%)", a-b, (w-t)*c, 100*(a-b)/((w-t)*c)}')"
   kubectl delete pods -l bench=startup --wait=true --timeout=600s >/dev/null
 }
 

@@ -117,6 +117,11 @@ pub struct KubeletConfiguration {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub pod_logs_dir: PathBuf,
+    /// The client-side rate limit of requests to the API server (upstream: 50 and 100).
+    #[serde(rename = "kubeAPIQPS")]
+    pub kube_api_qps: f32,
+    #[serde(rename = "kubeAPIBurst")]
+    pub kube_api_burst: i32,
 }
 
 impl Default for KubeletConfiguration {
@@ -158,6 +163,8 @@ impl Default for KubeletConfiguration {
             tls_cert_file: None,
             tls_private_key_file: None,
             pod_logs_dir: "/var/log/pods".into(),
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
         }
     }
 }
@@ -240,6 +247,12 @@ impl KubeletConfiguration {
         if self.node_lease_duration_seconds <= 0 {
             return Err(Error::Invalid("nodeLeaseDurationSeconds must be greater than zero".into()));
         }
+        if self.kube_api_qps <= 0.0 || self.kube_api_burst <= 0 {
+            return Err(Error::Invalid(format!(
+                "kubeAPIQPS ({}) and kubeAPIBurst ({}) must be greater than zero",
+                self.kube_api_qps, self.kube_api_burst
+            )));
+        }
         if self.max_pods <= 0 {
             return Err(Error::Invalid("maxPods must be greater than zero".into()));
         }
@@ -308,6 +321,7 @@ mod tests {
         assert_eq!(c.authentication.x509.client_ca_file.as_deref(), Some(Path::new("/ca.crt")));
         assert_eq!(c.port, 10250);
         assert_eq!(c.healthz_port, 10248);
+        assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
         assert_eq!(c.eviction_hard.len(), 1, "a given evictionHard replaces the defaults, as upstream");
         assert_eq!(c.register_with_taints[0].effect, "NoSchedule");
     }

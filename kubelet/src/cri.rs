@@ -222,6 +222,22 @@ impl Runtime {
         r.map(|r| r.into_inner().image_ref).map_err(|status| Error::Call { call: "PullImage", status })
     }
 
+    /// Resource usage of every container (CPU, memory, writable layer), for `/stats/summary`.
+    pub async fn list_container_stats(&self) -> Result<Vec<ContainerStats>, Error> {
+        let r = self
+            .runtime
+            .clone()
+            .list_container_stats(self.req(ListContainerStatsRequest { filter: None }))
+            .await;
+        r.map(|r| r.into_inner().stats).map_err(|status| Error::Call { call: "ListContainerStats", status })
+    }
+
+    /// Usage of the filesystems images are stored on.
+    pub async fn image_fs_info(&self) -> Result<ImageFsInfoResponse, Error> {
+        let r = self.images.clone().image_fs_info(self.req(ImageFsInfoRequest {})).await;
+        r.map(|r| r.into_inner()).map_err(|status| Error::Call { call: "ImageFsInfo", status })
+    }
+
     pub async fn list_images(&self) -> Result<Vec<cri::Image>, Error> {
         let r = self.images.clone().list_images(self.req(ListImagesRequest { filter: None })).await;
         r.map(|r| r.into_inner().images).map_err(|status| Error::Call { call: "ListImages", status })

@@ -13,7 +13,8 @@
 //! - [`status`]: the API status from runtime state; [`mirror`]: mirror pods of static pods.
 //! - [`prober`]: liveness, readiness and startup probes. [`volumes`], [`envs`].
 //! - [`node`]: registration, node status, Lease. [`server`]: the API on 10250, healthz on 10248;
-//!   [`streaming`]: exec, attach and port-forward proxied to the runtime's streaming server.
+//!   [`streaming`]: exec, attach and port-forward proxied to the runtime's streaming server;
+//!   [`stats`]: `/stats/summary`.
 
 pub mod config;
 pub mod cri;
@@ -26,10 +27,12 @@ pub mod options;
 pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
+pub mod probe;
 pub mod prober;
 pub mod qos;
 pub mod server;
 pub mod sources;
+pub mod stats;
 pub mod status;
 pub mod streaming;
 pub mod volumes;
@@ -82,6 +85,9 @@ pub struct Kubelet {
     pub statuses: Mutex<HashMap<String, PodStatus>>,
     pub worker_state: pod_workers::State,
     pub probes: prober::Probes,
+    pub cpu_rates: stats::CpuRates,
+    /// The machine's boot time (RFC 3339), the node's `startTime` in `/stats/summary`.
+    pub start_time: Option<String>,
 }
 
 impl Kubelet {
@@ -131,7 +137,15 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
         "container runtime is up"
     );
     let client = match &opts.kubeconfig {
-        Some(path) => Some(component_base::client::from_flags(Some(path), None).await?),
+        Some(path) => Some(
+            component_base::client::from_flags_rate_limited(
+                Some(path),
+                None,
+                config.kube_api_qps,
+                config.kube_api_burst as u32,
+            )
+            .await?,
+        ),
         None => {
             tracing::info!("no --kubeconfig: running standalone (static pods only)");
             None
@@ -158,6 +172,8 @@ pub async fn run(opts: Options, shutdown: Shutdown) -> Result<(), Error> {
         statuses: Mutex::new(HashMap::new()),
         worker_state: pod_workers::State::default(),
         probes: prober::Probes::default(),
+        cpu_rates: stats::CpuRates::default(),
+        start_time: node::boot_time(),
     });
 
     server::start(kubelet.clone()).await.map_err(Error::Serve)?;

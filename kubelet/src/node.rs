@@ -68,6 +68,13 @@ fn host_ipv4() -> Option<String> {
     }
 }
 
+/// When the machine booted (`btime` in `/proc/stat`), RFC 3339.
+pub fn boot_time() -> Option<String> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let secs: i64 = stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    Some(crate::stats::rfc3339(k8s_openapi::jiff::Timestamp::from_second(secs).ok()?))
+}
+
 pub fn machine_facts(opts: &Options) -> MachineFacts {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem_kib: i64 = meminfo
@@ -77,19 +84,8 @@ pub fn machine_facts(opts: &Options) -> MachineFacts {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let cpus = std::thread::available_parallelism().map(|n| n.get() as i64).unwrap_or(1);
-    let ephemeral = {
-        let _ = std::fs::create_dir_all(&opts.root_dir);
-        let path = std::ffi::CString::new(opts.root_dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        // SAFETY: statvfs writes into the zeroed struct for a valid path.
-        unsafe {
-            let mut st: libc::statvfs = std::mem::zeroed();
-            if libc::statvfs(path.as_ptr(), &mut st) == 0 {
-                (st.f_blocks as i64) * (st.f_frsize as i64)
-            } else {
-                0
-            }
-        }
-    };
+    let _ = std::fs::create_dir_all(&opts.root_dir);
+    let ephemeral = crate::stats::statvfs(&opts.root_dir).map_or(0, |fs| fs.capacity as i64);
     let os_image = std::fs::read_to_string("/etc/os-release")
         .unwrap_or_default()
         .lines()

@@ -2,8 +2,8 @@
 //! with upstream's timing fields (initialDelaySeconds, periodSeconds, timeoutSeconds,
 //! successThreshold, failureThreshold). Results wake the pod's worker: readiness drives
 //! the Ready condition, a failed liveness or startup probe restarts the container.
-//! Handlers: exec (CRI ExecSync), httpGet (HTTP), tcpSocket. gRPC and HTTPS probes are not
-//! implemented; such a probe fails with a message saying so.
+//! Handlers: exec (CRI ExecSync) here; httpGet (HTTP and HTTPS), tcpSocket and grpc in
+//! [`crate::probe`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,11 +13,10 @@ use component_base::events::Type;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
-use crate::Kubelet;
 use crate::metrics::ProbeLabels;
+use crate::{Kubelet, probe};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -230,24 +229,22 @@ impl Worker {
             };
         }
         if let Some(h) = &p.http_get {
-            if h.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("HTTPS")) {
-                return Err("HTTPS probes are not implemented by this kubelet".into());
-            }
+            let https = h.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"));
             let port = self.port(&h.port)?;
             let host = h.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| self.host.clone());
             let path = h.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".into());
-            return http_get(&host, port, &path, h.http_headers.as_deref().unwrap_or_default()).await;
+            let path = if path.starts_with('/') { path } else { format!("/{path}") };
+            return probe::http_get(https, &host, port, &path, h.http_headers.as_deref().unwrap_or_default())
+                .await;
         }
         if let Some(t) = &p.tcp_socket {
             let port = self.port(&t.port)?;
             let host = t.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| self.host.clone());
-            return tokio::net::TcpStream::connect((host.as_str(), port))
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("dial tcp {host}:{port}: {e}"));
+            return probe::tcp(&host, port).await;
         }
-        if p.grpc.is_some() {
-            return Err("gRPC probes are not implemented by this kubelet".into());
+        if let Some(g) = &p.grpc {
+            let port = u16::try_from(g.port).map_err(|_| format!("invalid port {}", g.port))?;
+            return probe::grpc(&self.host, port, g.service.as_deref().unwrap_or_default(), timeout).await;
         }
         Err("probe has no handler".into())
     }
@@ -264,42 +261,5 @@ impl Worker {
                 .and_then(|p| u16::try_from(p.container_port).ok())
                 .ok_or_else(|| format!("port {name:?} not found in the container's ports")),
         }
-    }
-}
-
-/// One HTTP/1.1 GET; 200–399 is success, as upstream.
-async fn http_get(
-    host: &str,
-    port: u16,
-    path: &str,
-    headers: &[k8s_openapi::api::core::v1::HTTPHeader],
-) -> Result<(), String> {
-    let mut s = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("Get \"http://{host}:{port}{path}\": {e}"))?;
-    let mut req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\n"
-    );
-    for h in headers {
-        req.push_str(&format!("{}: {}\r\n", h.name, h.value));
-    }
-    req.push_str("Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 1024];
-    let mut n = 0;
-    while n < 12 {
-        let r = s.read(&mut buf[n..]).await.map_err(|e| e.to_string())?;
-        if r == 0 {
-            break;
-        }
-        n += r;
-    }
-    let line = String::from_utf8_lossy(&buf[..n]);
-    let code: u16 =
-        line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("malformed HTTP response")?;
-    if (200..400).contains(&code) {
-        Ok(())
-    } else {
-        Err(format!("HTTP probe failed with statuscode: {code}"))
     }
 }

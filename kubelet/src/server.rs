@@ -232,6 +232,13 @@ async fn handle(k: Arc<Kubelet>, req: Request<Incoming>) -> Response<Body> {
         "/pods" | "/pods/" => pods(&k),
         "/metrics" => metrics(&k.metrics.registry),
         "/metrics/probes" => metrics(&k.metrics.probes),
+        "/stats/summary" | "/stats/summary/" => {
+            let only = query.get("only_cpu_and_memory").is_some_and(|v| v == "true");
+            match crate::stats::summary(&k, only).await {
+                Ok(v) => full(StatusCode::OK, "application/json", serde_json::to_vec(&v).unwrap_or_default()),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("Internal Error: {e}")),
+            }
+        }
         p if p.starts_with("/containerLogs/") => {
             let parts: Vec<&str> = p.trim_start_matches("/containerLogs/").split('/').collect();
             match parts.as_slice() {

@@ -13,8 +13,9 @@
 //!
 //! What protocol works end to end is the runtime's: containerd 1.6's streaming server
 //! speaks SPDY/3.1 (`v1`..`v4.channel.k8s.io`, `portforward.k8s.io`) and the WebSocket
-//! channel protocols up to `v4.channel.k8s.io`; a WebSocket request for a newer one
-//! (kubectl's `v5.channel.k8s.io`) gets its 403 back, and kubectl falls back to SPDY.
+//! channel protocols up to `v4.channel.k8s.io`. Newer WebSocket protocols (kubectl's
+//! `v5.channel.k8s.io`, port-forward tunneled over WebSocket) are translated to SPDY by the
+//! API server before they get here, as upstream.
 
 use std::convert::Infallible;
 use std::sync::Arc;

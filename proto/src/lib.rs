@@ -47,6 +47,16 @@ pub mod cri {
     }
 }
 
+/// `grpc.health.v1`: the gRPC health checking protocol, which the kubelet's gRPC probes call.
+pub mod grpc {
+    pub mod health {
+        #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
+        pub mod v1 {
+            tonic::include_proto!("grpc.health.v1");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::etcdserverpb::*;

@@ -150,6 +150,12 @@ pub trait Hooks: Send + Sync + 'static {
         None
     }
 
+    /// Whether a delete goes at once whatever grace period it asked for (upstream's
+    /// `CheckGracefulDelete` setting the period to 0: a pod no kubelet runs).
+    fn delete_at_once(&self, _obj: &Value) -> bool {
+        false
+    }
+
     /// Whether an object marked for deletion must stay although its `metadata.finalizers`
     /// are empty (a pod in its grace period, a namespace with `spec.finalizers`).
     fn keep_while_deleting(&self, obj: &Value) -> bool {

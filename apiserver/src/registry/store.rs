@@ -753,6 +753,7 @@ impl Store {
                 _ => {}
             }
             let grace = match opts.grace_period {
+                _ if self.res.hooks.delete_at_once(&obj) => None,
                 Some(g) => (g > 0).then_some(g),
                 None => self.res.hooks.default_grace_period(&obj),
             };

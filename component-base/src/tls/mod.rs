@@ -208,6 +208,31 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(Error::Protocol)?
         .with_root_certificates(roots);
+    with_client_auth(builder, cert_and_key, alpn)
+}
+
+/// A client configuration that accepts any server certificate, as Go's
+/// `InsecureSkipVerify` (the handshake signature is still checked, so the peer holds the
+/// key of the certificate it shows): the API server dialing kubelets with self-signed
+/// certificates when no CA is configured, the kubelet's HTTPS probes.
+pub fn insecure_client_config(
+    cert_and_key: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, Error> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Protocol)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(insecure::NoVerification(provider)));
+    with_client_auth(builder, cert_and_key, alpn)
+}
+
+fn with_client_auth(
+    builder: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+    cert_and_key: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, Error> {
     let mut config = match cert_and_key {
         Some((cert_file, key_file)) => {
             builder.with_client_auth_cert(load_certs(cert_file)?, load_private_key(key_file)?).map_err(
@@ -224,6 +249,7 @@ fn alpn_list(alpn: &[&[u8]]) -> Vec<Vec<u8>> {
     alpn.iter().map(|p| p.to_vec()).collect()
 }
 
+mod insecure;
 pub mod self_signed;
 #[cfg(test)]
 pub(crate) mod test_certs;

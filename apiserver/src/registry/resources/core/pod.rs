@@ -313,13 +313,18 @@ impl Hooks for PodHooks {
     }
 
     fn default_grace_period(&self, obj: &Value) -> Option<i64> {
-        // A pod no kubelet runs (unscheduled, or finished) goes at once.
-        let bound = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-        let done = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
-        if !bound || done {
+        if self.delete_at_once(obj) {
             return None;
         }
         Some(obj["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30))
+    }
+
+    /// A pod no kubelet runs (unscheduled, or finished) goes at once, even when the delete
+    /// asked for a grace period.
+    fn delete_at_once(&self, obj: &Value) -> bool {
+        let bound = obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let done = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+        !bound || done
     }
 }
 
@@ -339,6 +344,22 @@ mod tests {
             "metadata": { "name": "p", "namespace": "default" },
             "spec": { "containers": [{ "name": "c", "image": "nginx:1", "resources": { "limits": { "cpu": "1", "memory": "1Gi" } } }] },
         }))
+    }
+
+    #[test]
+    fn grace_periods() {
+        let bound = json!({ "spec": { "nodeName": "n1", "terminationGracePeriodSeconds": 5 }, "status": { "phase": "Running" } });
+        assert_eq!(PodHooks.default_grace_period(&bound), Some(5));
+        assert!(!PodHooks.delete_at_once(&bound));
+        // Unscheduled or finished: at once, whatever the delete asked for.
+        for pod in [
+            json!({ "spec": { "terminationGracePeriodSeconds": 5 } }),
+            json!({ "spec": { "nodeName": "n1" }, "status": { "phase": "Succeeded" } }),
+            json!({ "spec": { "nodeName": "n1" }, "status": { "phase": "Failed" } }),
+        ] {
+            assert!(PodHooks.delete_at_once(&pod), "{pod}");
+            assert_eq!(PodHooks.default_grace_period(&pod), None);
+        }
     }
 
     #[test]
