@@ -76,6 +76,9 @@ cleanup() {
       for id in $("${ctr[@]}" containers ls -q 2>/dev/null); do
         "${ctr[@]}" containers delete "$id" >/dev/null 2>&1 || true
       done
+      # Their pod cgroups are empty now (rmdir refuses any that is not); the kubelet
+      # removes them only for deleted pods.
+      find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
     fi
     kill -TERM "${PIDS[i]}" 2>/dev/null || true
     wait "${PIDS[i]}" 2>/dev/null || true
