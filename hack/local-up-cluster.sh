@@ -83,6 +83,10 @@ cleanup() {
     kill -TERM "${PIDS[i]}" 2>/dev/null || true
     wait "${PIDS[i]}" 2>/dev/null || true
   done
+  # What containerd leaves behind once its containers are gone: the sandboxes' netns and
+  # shm mounts (whose veths stay on the bridge while they exist) and the CNI bridge.
+  grep " $LOCAL_UP_DIR/" /proc/self/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  ip link delete k8srs0 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT
