@@ -27,7 +27,15 @@
 #   KUBELET_HOST      address the kubelet serves on (default 127.0.0.1); KUBELET_PORT (10250),
 #                     KUBELET_HEALTHZ_PORT (10248)
 #   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
+#   NODES             number of nodes (default 1). This host is the first; each other node is a
+#                     network namespace k8srs-node<k> with its own containerd, kubelet and
+#                     hostgw, on a bridge k8srsnodes ($NODE_NET_PREFIX.0/24, this host .1,
+#                     node k at .k). With NODES > 1, API_HOST and KUBELET_HOST default to
+#                     this host's bridge address so the other nodes reach them.
+#   NODE_NET_PREFIX   first three octets of the nodes' network (default 10.89.0)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
+#   LOCAL_UP_BIN_DIR  run the binaries in this directory instead of building (e.g. a copy
+#                     kept stable while the tree changes, as hack/conformance.sh can use)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -37,7 +45,12 @@ ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
 ETCD_PORT="${ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
 ETCD_METRICS_PORT="${ETCD_METRICS_PORT:-2381}"
-API_HOST="${API_HOST:-127.0.0.1}"
+NODES="${NODES:-1}"
+NODE_NET_PREFIX="${NODE_NET_PREFIX:-10.89.0}"
+[[ "$NODES" =~ ^[1-9][0-9]?$ ]] || { echo "local-up-cluster: NODES must be 1..99, got '$NODES'" >&2; exit 1; }
+HOST_NODE_IP=127.0.0.1
+((NODES > 1)) && HOST_NODE_IP="$NODE_NET_PREFIX.1"
+API_HOST="${API_HOST:-$HOST_NODE_IP}"
 API_SECURE_PORT="${API_SECURE_PORT:-6443}"
 SCHEDULER_HOST="${SCHEDULER_HOST:-127.0.0.1}"
 SCHEDULER_SECURE_PORT="${SCHEDULER_SECURE_PORT:-10259}"
@@ -46,14 +59,17 @@ CONTROLLER_MANAGER_SECURE_PORT="${CONTROLLER_MANAGER_SECURE_PORT:-10257}"
 CLUSTER_CIDR="${CLUSTER_CIDR:-10.88.0.0/16}"
 POD_CIDR="${POD_CIDR:-10.88.0.0/24}"
 HOSTNAME_OVERRIDE="${HOSTNAME_OVERRIDE:-$(hostname | tr '[:upper:]' '[:lower:]')}"
-KUBELET_HOST="${KUBELET_HOST:-127.0.0.1}"
+KUBELET_HOST="${KUBELET_HOST:-$HOST_NODE_IP}"
 KUBELET_PORT="${KUBELET_PORT:-10250}"
 KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10248}"
 SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
-BIN="$CARGO_TARGET_DIR/release"
+BIN="${LOCAL_UP_BIN_DIR:-$CARGO_TARGET_DIR/release}"
 
 PIDS=()
+# containerd's PID -> its socket: before a containerd stops, its pods' containers are killed.
+declare -A CTRD_OF_PID=()
+NETNS=()
 cleanup() {
   trap - EXIT INT TERM
   echo
@@ -64,8 +80,9 @@ cleanup() {
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     # The pods' containers outlive the kubelet (as upstream) and containerd (their shims
     # are separate processes): kill them before containerd, the first one started, stops.
-    if ((i == 0)) && [[ -S "${CTRD_SOCK:-}" ]]; then
-      local ctr=(ctr --address "$CTRD_SOCK" -n k8s.io) id
+    local sock="${CTRD_OF_PID[${PIDS[i]}]:-}"
+    if [[ -n "$sock" && -S "$sock" ]]; then
+      local ctr=(ctr --address "$sock" -n k8s.io) id
       for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
         "${ctr[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
       done
@@ -78,7 +95,7 @@ cleanup() {
       done
       # Their pod cgroups are empty now (rmdir refuses any that is not); the kubelet
       # removes them only for deleted pods.
-      find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
+      find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/k8srs-node* -depth -type d -exec rmdir {} \; 2>/dev/null || true
     fi
     kill -TERM "${PIDS[i]}" 2>/dev/null || true
     wait "${PIDS[i]}" 2>/dev/null || true
@@ -87,15 +104,23 @@ cleanup() {
   # shm mounts (whose veths stay on the bridge while they exist) and the CNI bridge.
   grep " $LOCAL_UP_DIR/" /proc/self/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   ip link delete k8srs0 2>/dev/null || true
+  # The other nodes' namespaces (their bridges and veths go with them), the nodes' bridge,
+  # and hostgw's routes and masquerade table on this host.
+  local ns
+  for ns in "${NETNS[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+  ((NODES > 1)) && ip link delete k8srsnodes 2>/dev/null || true
+  [[ -x "$BIN/hostgw" ]] && "$BIN/hostgw" --cleanup >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 hack/install-deps.sh
-echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
-# The same build as hack/test.sh (whole workspace), so the two share every artifact.
-cargo build --release --locked --workspace --bins --tests
+if [[ -z "${LOCAL_UP_BIN_DIR:-}" ]]; then
+  echo "local-up-cluster: building (first build takes ~20 minutes on 2 cores)"
+  # The same build as hack/test.sh (whole workspace), so the two share every artifact.
+  cargo build --release --locked --workspace --bins --tests
+fi
 
 mkdir -p "$LOCAL_UP_DIR/logs"
 
@@ -119,6 +144,15 @@ wait_up() {
   curl -fsS "$@" "$url" >/dev/null
 }
 
+# The nodes' network: a bridge on this host that the other nodes' namespaces join, created
+# before anything binds to its address.
+if ((NODES > 1)); then
+  ip link delete k8srsnodes 2>/dev/null || true
+  ip link add k8srsnodes type bridge
+  ip addr add "$HOST_NODE_IP/24" dev k8srsnodes
+  ip link set k8srsnodes up
+fi
+
 # containerd first: the kubelet's runtime, with its own root, state, socket and CNI bridge.
 CTRD_DIR="$LOCAL_UP_DIR/containerd"
 CTRD_SOCK="$CTRD_DIR/containerd.sock"
@@ -127,6 +161,8 @@ hack/containerd-config.sh "$CTRD_DIR" "$POD_CIDR" k8srs0
 # before cleanup has removed the pods' containers through it.
 setsid containerd --config "$CTRD_DIR/config.toml" >"$LOCAL_UP_DIR/logs/containerd.log" 2>&1 &
 PIDS+=($!)
+CTRD_OF_PID[$!]="$CTRD_SOCK"
+echo "$CTRD_SOCK" >"$LOCAL_UP_DIR/containerd-sockets"
 for _ in $(seq 1 300); do
   ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 && break
   if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
@@ -166,6 +202,10 @@ if [[ ! -s "$LOCAL_UP_DIR/tokens.csv" ]] || ! grep -q "system:node:$HOSTNAME_OVE
     echo "$(new_token),system:node:$HOSTNAME_OVERRIDE,system:node:$HOSTNAME_OVERRIDE,system:nodes"
   } >"$LOCAL_UP_DIR/tokens.csv"
 fi
+for ((k = 2; k <= NODES; k++)); do
+  user="system:node:$HOSTNAME_OVERRIDE-node$k"
+  grep -q ",$user," "$LOCAL_UP_DIR/tokens.csv" || echo "$(new_token),$user,$user,system:nodes" >>"$LOCAL_UP_DIR/tokens.csv"
+done
 token_of() { grep ",$1," "$LOCAL_UP_DIR/tokens.csv" | cut -d, -f1; }
 SA_KEY="$LOCAL_UP_DIR/certs/service-account.key"
 if [[ ! -s "$SA_KEY" ]]; then
@@ -263,14 +303,20 @@ wait_up kube-controller-manager "https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER
 
 # The kubelet, as system:node:<name>: registers the Node, runs its pods through containerd
 # and the static pods in $LOCAL_UP_DIR/manifests.
-mkdir -p "$LOCAL_UP_DIR/manifests"
-cat >"$LOCAL_UP_DIR/kubelet-config.yaml" <<KUBELET
+# write_kubelet_config FILE STATE_DIR CONTAINERD_SOCKET ADDRESS CGROUP_ROOT: one node's
+# configuration (every node's the same but for its paths, address and cgroup root: kubelets
+# sharing a cgroup root would take each other's pod cgroups for orphans).
+write_kubelet_config() {
+  local file=$1 dir=$2 sock=$3 address=$4 cgroup_root=$5
+  mkdir -p "$dir/manifests"
+  cat >"$file" <<KUBELET
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-staticPodPath: $LOCAL_UP_DIR/manifests
-containerRuntimeEndpoint: unix://$CTRD_SOCK
-podLogsDir: $LOCAL_UP_DIR/pod-logs
-address: $KUBELET_HOST
+staticPodPath: $dir/manifests
+cgroupRoot: $cgroup_root
+containerRuntimeEndpoint: unix://$sock
+podLogsDir: $dir/pod-logs
+address: $address
 port: $KUBELET_PORT
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
@@ -285,6 +331,8 @@ authentication:
 authorization:
   mode: Webhook
 KUBELET
+}
+write_kubelet_config "$LOCAL_UP_DIR/kubelet-config.yaml" "$LOCAL_UP_DIR" "$CTRD_SOCK" "$KUBELET_HOST" /
 "$BIN/kubelet" \
   --kubeconfig="$LOCAL_UP_DIR/kubelet.kubeconfig" \
   --config="$LOCAL_UP_DIR/kubelet-config.yaml" \
@@ -294,6 +342,105 @@ KUBELET
   >"$LOCAL_UP_DIR/logs/kubelet.log" 2>&1 &
 PIDS+=($!)
 wait_up kubelet "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
+
+# hostgw: this node's CNI network from its allocated pod CIDR, routes to the other nodes'
+# pods, masquerade for pod traffic leaving $CLUSTER_CIDR. With the kubelet's identity (the
+# Node authorizer lets a node list and watch Nodes).
+# start_hostgw NAME KUBECONFIG CONTAINERD_DIR BRIDGE LOG [nsenter...]
+start_hostgw() {
+  local name=$1 kc=$2 cdir=$3 bridge=$4 log=$5
+  shift 5
+  "$@" "$BIN/hostgw" \
+    --kubeconfig="$kc" \
+    --node-name="$name" \
+    --cluster-cidr="$CLUSTER_CIDR" \
+    --cni-conf-file="$cdir/cni/10-k8srs.conflist" \
+    --cni-bridge="$bridge" \
+    --cni-network-name="k8srs-$bridge" \
+    --cni-ipam-data-dir="$cdir/cni-ipam" \
+    >"$log" 2>&1 &
+  PIDS+=($!)
+}
+start_hostgw "$HOSTNAME_OVERRIDE" "$LOCAL_UP_DIR/kubelet.kubeconfig" "$CTRD_DIR" k8srs0 "$LOCAL_UP_DIR/logs/hostgw.log"
+
+# The other nodes, each in a network namespace of its own (a host on the k8srsnodes bridge):
+# containerd, kubelet and hostgw started through nsenter, which changes only the network
+# namespace (containerd and runc need the host's mounts and cgroups).
+start_node() {
+  local k=$1
+  local name="$HOSTNAME_OVERRIDE-node$k" ns="k8srs-node$k" ip="$NODE_NET_PREFIX.$k" dir="$LOCAL_UP_DIR/node$k"
+  local in_ns=(nsenter "--net=/var/run/netns/$ns")
+  ip netns delete "$ns" 2>/dev/null || true
+  ip netns add "$ns"
+  NETNS+=("$ns")
+  ip link add "k8srsv$k" type veth peer name eth0 netns "$ns"
+  ip link set "k8srsv$k" master k8srsnodes up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$ip/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add default via "$HOST_NODE_IP"
+  # A placeholder pod CIDR until hostgw writes the one the node IPAM controller allocates.
+  hack/containerd-config.sh "$dir/containerd" "10.88.$((k - 1)).0/24" "k8srs$k"
+  local sock="$dir/containerd/containerd.sock"
+  setsid "${in_ns[@]}" containerd --config "$dir/containerd/config.toml" >"$LOCAL_UP_DIR/logs/containerd-node$k.log" 2>&1 &
+  PIDS+=($!)
+  CTRD_OF_PID[$!]="$sock"
+  for _ in $(seq 1 300); do
+    ctr --address "$sock" version >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  hack/build-images.sh --address "$sock" >/dev/null
+  echo "$sock" >>"$LOCAL_UP_DIR/containerd-sockets"
+  kubeconfig "node$k" "system:node:$name"
+  write_kubelet_config "$dir/kubelet-config.yaml" "$dir" "$sock" "$ip" "/k8srs-node$k"
+  "${in_ns[@]}" "$BIN/kubelet" \
+    --kubeconfig="$LOCAL_UP_DIR/node$k.kubeconfig" \
+    --config="$dir/kubelet-config.yaml" \
+    --hostname-override="$name" \
+    --node-ip="$ip" \
+    --root-dir="$dir/kubelet" \
+    >"$LOCAL_UP_DIR/logs/kubelet-node$k.log" 2>&1 &
+  PIDS+=($!)
+  local pid=$!
+  until "${in_ns[@]}" curl -fsS "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz" >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || { echo "local-up-cluster: kubelet of node $k exited; see $LOCAL_UP_DIR/logs/kubelet-node$k.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  start_hostgw "$name" "$LOCAL_UP_DIR/node$k.kubeconfig" "$dir/containerd" "k8srs$k" "$LOCAL_UP_DIR/logs/hostgw-node$k.log" "${in_ns[@]}"
+}
+for ((k = 2; k <= NODES; k++)); do
+  start_node "$k"
+done
+
+# Storage: the default StorageClass "standard" (WaitForFirstConsumer) and one
+# local-path-provisioner per node, making each claim's volume in that node's directory
+# ($LOCAL_UP_DIR/local-path for this host, $LOCAL_UP_DIR/node<k>/local-path for the others;
+# they share this host's disk, the namespaces being network-only). They act with the admin
+# identity.
+KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl apply -f - >/dev/null <<'CLASS'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: k8s-rs.io/local-path
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+CLASS
+start_provisioner() {
+  local name=$1 dir=$2
+  "$BIN/local-path-provisioner" \
+    --kubeconfig="$LOCAL_UP_DIR/admin.kubeconfig" \
+    --node-name="$name" \
+    --base-dir="$dir/local-path" \
+    >"$LOCAL_UP_DIR/logs/local-path-provisioner-$name.log" 2>&1 &
+  PIDS+=($!)
+}
+start_provisioner "$HOSTNAME_OVERRIDE" "$LOCAL_UP_DIR"
+for ((k = 2; k <= NODES; k++)); do
+  start_provisioner "$HOSTNAME_OVERRIDE-node$k" "$LOCAL_UP_DIR/node$k"
+done
 
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
@@ -306,6 +453,8 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
   kube-controller-manager  https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/metrics (self-signed)
   kubelet         node $HOSTNAME_OVERRIDE, https://${KUBELET_HOST}:${KUBELET_PORT} (containerd: $CTRD_SOCK)
                   static pods: $LOCAL_UP_DIR/manifests; images: localhost/busybox:latest
+  storage         default StorageClass "standard" (local-path, WaitForFirstConsumer): volumes under
+                  $LOCAL_UP_DIR/local-path
 
 Press Ctrl-C to stop.
 INFO

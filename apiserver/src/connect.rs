@@ -14,6 +14,9 @@
 //!   clients of the newer protocols through [`crate::stream_translator`].
 //! - `nodes/<[scheme:]name[:port]>/proxy/<path>` (any method) proxies to `/<path>` on the
 //!   kubelet (or, with another port, that port of the node).
+//! - `pods/<[scheme:]name[:port]>/proxy/<path>` and `services/<[scheme:]name[:port]>/proxy/
+//!   <path>` proxy to the pod's IP, or to a ready endpoint of the service (a pod of it, the
+//!   port by number or name), from the API server itself (no kubelet involved).
 //!
 //! Authorization saw the subresource with the verb of the method (exec by GET is `get`,
 //! by POST `create`, as upstream); connects go through admission as CONNECT with the
@@ -52,9 +55,11 @@ pub async fn serve(
             stream(api, ns, &name, sub, info.verb, req).await
         }
         ("nodes", "proxy", None) => node_proxy(api, &name, req).await,
-        ("pods", "log" | "exec" | "attach" | "portforward", None) | ("nodes", "proxy", Some(_)) => {
-            Err(ApiError::no_route(req.uri().path()))
-        }
+        ("pods", "proxy", Some(ns)) => pod_proxy(api, ns, &name, req).await,
+        ("services", "proxy", Some(ns)) => service_proxy(api, ns, &name, req).await,
+        ("pods", "log" | "exec" | "attach" | "portforward" | "proxy", None)
+        | ("services", "proxy", None)
+        | ("nodes", "proxy", Some(_)) => Err(ApiError::no_route(req.uri().path())),
         _ => return Err(req),
     })
 }
@@ -518,12 +523,11 @@ async fn proxyable_host(hosts: &[String]) -> ApiResult<String> {
     Err(ApiError::bad_request(format!("no address of {hosts:?} resolves")))
 }
 
-/// `nodes/<id>/proxy/<path>`: any method, to the kubelet (the node's other ports by
-/// plain HTTP or the scheme named, without the kubelet client certificate).
-async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Response<BoxBody>> {
-    let method = req.method().clone();
-    if !matches!(
-        method,
+/// The methods a proxy subresource forwards.
+fn proxy_method(req: &Request<Incoming>, resource: &str) -> ApiResult<()> {
+    let method = req.method();
+    if matches!(
+        *method,
         Method::GET
             | Method::POST
             | Method::PUT
@@ -532,8 +536,161 @@ async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Re
             | Method::HEAD
             | Method::OPTIONS
     ) {
-        return Err(ApiError::method_not_allowed(format!("{method} is not supported on nodes/proxy")));
+        Ok(())
+    } else {
+        Err(ApiError::method_not_allowed(format!("{method} is not supported on {resource}/proxy")))
     }
+}
+
+/// `pods/<[scheme:]name[:port]>/proxy/<path>`: to the pod's IP (upstream's pod
+/// `ResourceLocation`): the port as given (when none, the first port a container declares,
+/// else 80, or 443 for https), https without
+/// verifying the pod's certificate, as upstream's proxy transport.
+async fn pod_proxy(api: &Api, ns: &str, id: &str, req: Request<Incoming>) -> ApiResult<Response<BoxBody>> {
+    proxy_method(&req, "pods")?;
+    let rest = proxied_path_of(req.uri().path(), "pods", id);
+    let (scheme, name, port) = split_scheme_name_port(id)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
+    admit_connect(
+        api,
+        "pods",
+        "proxy",
+        Some(ns),
+        &name,
+        json!({ "kind": "PodProxyOptions", "apiVersion": "v1", "path": rest }),
+    )
+    .await?;
+    let pod = api.registry.core("pods").get(Some(ns), &name, None).await?;
+    let ip =
+        pod["status"]["podIPs"][0]["ip"].as_str().or(pod["status"]["podIP"].as_str()).unwrap_or_default();
+    if !ip.parse::<std::net::IpAddr>().is_ok_and(is_proxyable) {
+        return Err(ApiError::bad_request("address not allowed"));
+    }
+    // No port given: the first port a container declares, as upstream; else the scheme's.
+    let first_declared = || {
+        pod["spec"]["containers"].as_array()?.iter().find_map(|c| {
+            c["ports"].as_array()?.first()?["containerPort"].as_u64().and_then(|p| u16::try_from(p).ok())
+        })
+    };
+    let port = match port.as_str() {
+        "" => first_declared().unwrap_or(if scheme == "https" { 443 } else { 80 }),
+        "http" => 80,
+        "https" => 443,
+        p => p.parse::<u16>().map_err(|_| ApiError::bad_request(format!("invalid pod request {id:?}")))?,
+    };
+    let loc = Location {
+        tls: (scheme == "https").then(|| api.kubelet.tls(true)),
+        hosts: vec![ip.to_string()],
+        port,
+        path_and_query: with_query(rest, req.uri().query()),
+    };
+    proxy::forward(&loc, req, false, api.kubelet.timeout).await
+}
+
+/// `services/<[scheme:]name[:port]>/proxy/<path>`: to a random address of the service's
+/// endpoints that serves the port (upstream's service `ResourceLocation`): a port number
+/// is the service port of that number, by its name; an address counts only when it names
+/// a pod of the namespace that has that IP.
+async fn service_proxy(
+    api: &Api,
+    ns: &str,
+    id: &str,
+    req: Request<Incoming>,
+) -> ApiResult<Response<BoxBody>> {
+    proxy_method(&req, "services")?;
+    let rest = proxied_path_of(req.uri().path(), "services", id);
+    let (scheme, name, port) = split_scheme_name_port(id)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid service request {id:?}")))?;
+    admit_connect(
+        api,
+        "services",
+        "proxy",
+        Some(ns),
+        &name,
+        json!({ "kind": "ServiceProxyOptions", "apiVersion": "v1", "path": rest }),
+    )
+    .await?;
+    let mut port_name = port.clone();
+    if let Ok(number) = port.parse::<i64>() {
+        let svc = api.registry.core("services").get(Some(ns), &name, None).await?;
+        let found = svc["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["port"].as_i64() == Some(number));
+        match found {
+            Some(p) => port_name = p["name"].as_str().unwrap_or_default().to_string(),
+            None => {
+                return Err(ApiError::unavailable(format!(
+                    "no service port {number} found for service {name:?}"
+                )));
+            }
+        }
+    }
+    let eps = api.registry.core("endpoints").get(Some(ns), &name, None).await?;
+    let subsets = eps["subsets"].as_array().cloned().unwrap_or_default();
+    if subsets.is_empty() {
+        return Err(ApiError::unavailable(format!("no endpoints available for service {name:?}")));
+    }
+    let pods = api.registry.core("pods");
+    let seed = rand::random_range(0..subsets.len());
+    for k in 0..subsets.len() {
+        let ss = &subsets[(seed + k) % subsets.len()];
+        let addresses = ss["addresses"].as_array().cloned().unwrap_or_default();
+        if addresses.is_empty() {
+            continue;
+        }
+        for p in ss["ports"].as_array().into_iter().flatten() {
+            if p["name"].as_str().unwrap_or_default() != port_name {
+                continue;
+            }
+            let a_seed = rand::random_range(0..addresses.len());
+            for t in 0..addresses.len() {
+                let addr = &addresses[(a_seed + t) % addresses.len()];
+                let ip = addr["ip"].as_str().unwrap_or_default();
+                let target = &addr["targetRef"];
+                if target["kind"] != "Pod" || target["namespace"].as_str() != Some(ns) {
+                    continue;
+                }
+                let Ok(pod) = pods.get(Some(ns), target["name"].as_str().unwrap_or_default(), None).await
+                else {
+                    continue;
+                };
+                let has_ip = pod["status"]["podIPs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|x| x["ip"].as_str() == Some(ip));
+                if !has_ip {
+                    continue;
+                }
+                if !ip.parse::<std::net::IpAddr>().is_ok_and(is_proxyable) {
+                    return Err(ApiError::bad_request("address not allowed"));
+                }
+                let loc = Location {
+                    tls: (scheme == "https").then(|| api.kubelet.tls(true)),
+                    hosts: vec![ip.to_string()],
+                    port: p["port"].as_u64().and_then(|x| u16::try_from(x).ok()).unwrap_or(80),
+                    path_and_query: with_query(rest, req.uri().query()),
+                };
+                return proxy::forward(&loc, req, false, api.kubelet.timeout).await;
+            }
+        }
+    }
+    Err(ApiError::unavailable(format!("no endpoints available for service {id:?}")))
+}
+
+fn with_query(path: String, query: Option<&str>) -> String {
+    match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    }
+}
+
+/// `nodes/<id>/proxy/<path>`: any method, to the kubelet (the node's other ports by
+/// plain HTTP or the scheme named, without the kubelet client certificate).
+async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Response<BoxBody>> {
+    proxy_method(&req, "nodes")?;
     let rest = proxied_path(req.uri().path(), id);
     admit_connect(
         api,
@@ -567,7 +724,12 @@ async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Re
 /// The part of `/api/v1/nodes/<id>/proxy/<rest>` after `proxy`, as a path (`/` at least),
 /// a trailing slash kept.
 fn proxied_path(path: &str, id: &str) -> String {
-    let marker = format!("/nodes/{id}/proxy");
+    proxied_path_of(path, "nodes", id)
+}
+
+/// The part of `.../<resource>/<id>/proxy/<rest>` after `proxy` (see [`proxied_path`]).
+fn proxied_path_of(path: &str, resource: &str, id: &str) -> String {
+    let marker = format!("/{resource}/{id}/proxy");
     let rest = path.find(&marker).map(|i| &path[i + marker.len()..]).unwrap_or_default();
     if rest.starts_with('/') { rest.to_string() } else { format!("/{rest}") }
 }

@@ -25,8 +25,8 @@ pub fn version() -> Value {
     })
 }
 
-/// A create-only resource answered without storage (see
-/// [`crate::handlers::virtual_resources`]): group, version, plural, singular, kind, namespaced.
+/// A resource answered without storage (see [`crate::handlers::virtual_resources`]): the
+/// reviews (create only), `bindings` (create only) and `componentstatuses` (get, list).
 struct Virtual {
     group: &'static str,
     version: &'static str,
@@ -34,6 +34,8 @@ struct Virtual {
     singular: &'static str,
     kind: &'static str,
     namespaced: bool,
+    verbs: &'static [&'static str],
+    short_names: &'static [&'static str],
 }
 
 const fn virt(
@@ -43,11 +45,17 @@ const fn virt(
     kind: &'static str,
     namespaced: bool,
 ) -> Virtual {
-    Virtual { group, version: "v1", plural, singular, kind, namespaced }
+    Virtual { group, version: "v1", plural, singular, kind, namespaced, verbs: &["create"], short_names: &[] }
 }
 
-/// The reviews of authentication.k8s.io and authorization.k8s.io, verb `create` only.
+/// The virtual resources, in the order upstream lists them within their group.
 const VIRTUAL: &[Virtual] = &[
+    virt("", "bindings", "binding", "Binding", true),
+    Virtual {
+        verbs: &["get", "list"],
+        short_names: &["cs"],
+        ..virt("", "componentstatuses", "componentstatus", "ComponentStatus", false)
+    },
     virt("authentication.k8s.io", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false),
     virt("authentication.k8s.io", "tokenreviews", "tokenreview", "TokenReview", false),
     virt(
@@ -98,12 +106,15 @@ fn all_groups(registry: &Registry) -> Vec<(&'static str, Vec<&'static str>)> {
 fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static str>)> {
     let same = json!({ "group": info.group, "version": info.version, "kind": info.kind });
     match name {
-        "status" => Some((same, vec!["get", "patch", "update"])),
+        "status" | "approval" | "ephemeralcontainers" => Some((same, vec!["get", "patch", "update"])),
         "scale" => Some((
             json!({ "group": "autoscaling", "version": "v1", "kind": "Scale" }),
             vec!["get", "patch", "update"],
         )),
         "binding" => Some((json!({ "group": "", "version": "v1", "kind": "Binding" }), vec!["create"])),
+        "eviction" => {
+            Some((json!({ "group": "policy", "version": "v1", "kind": "Eviction" }), vec!["create"]))
+        }
         "finalize" => Some((same, vec!["update"])),
         // The connect subresources ([`crate::connect`]): their options are the kind.
         "log" => Some((same, vec!["get"])),
@@ -138,6 +149,7 @@ fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Valu
             "namespaced": i.namespaced,
             "kind": i.kind,
             "verbs": i.verbs(),
+            "storageVersionHash": i.storage_version_hash(),
         });
         if !i.short_names.is_empty() {
             r["shortNames"] = json!(i.short_names);
@@ -163,17 +175,23 @@ fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Valu
         }
     }
     for v in virtual_in(group, version) {
-        resources.push(json!({
+        let mut r = json!({
             "name": v.plural,
             "singularName": v.singular,
             "namespaced": v.namespaced,
             "kind": v.kind,
-            "verbs": ["create"],
-        }));
+            "verbs": v.verbs,
+        });
+        if !v.short_names.is_empty() {
+            r["shortNames"] = json!(v.short_names);
+        }
+        resources.push(r);
     }
     if resources.is_empty() {
         return None;
     }
+    // Upstream lists them sorted by path: `pods`, `pods/attach`, ..., `podtemplates`.
+    resources.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     Some(json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources }))
 }
@@ -189,7 +207,7 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
     let versions: Vec<Value> = versions
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = registry
+            let mut resources: Vec<Value> = registry
                 .in_group_version(group, v)
                 .map(|s| {
                     let i = &s.res.info;
@@ -198,12 +216,13 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
                         .iter()
                         .filter_map(|sub| {
                             let (kind, verbs) = subresource(i, sub)?;
+                            let kind = relative_kind(i, kind);
                             Some(json!({ "subresource": sub, "responseKind": kind, "verbs": verbs }))
                         })
                         .collect();
                     let mut r = json!({
                         "resource": i.plural,
-                        "responseKind": { "group": i.group, "version": i.version, "kind": i.kind },
+                        "responseKind": { "group": "", "version": "", "kind": i.kind },
                         "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
                         "singularResource": i.singular,
                         "verbs": i.verbs(),
@@ -220,15 +239,20 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
                     r
                 })
                 .chain(virtual_in(group, v).map(|x| {
-                    json!({
+                    let mut r = json!({
                         "resource": x.plural,
-                        "responseKind": { "group": x.group, "version": x.version, "kind": x.kind },
+                        "responseKind": { "group": "", "version": "", "kind": x.kind },
                         "scope": if x.namespaced { "Namespaced" } else { "Cluster" },
                         "singularResource": x.singular,
-                        "verbs": ["create"],
-                    })
+                        "verbs": x.verbs,
+                    });
+                    if !x.short_names.is_empty() {
+                        r["shortNames"] = json!(x.short_names);
+                    }
+                    r
                 }))
                 .collect();
+            resources.sort_by(|a, b| a["resource"].as_str().cmp(&b["resource"].as_str()));
             json!({ "version": v, "resources": resources, "freshness": "Current" })
         })
         .collect();
@@ -237,6 +261,17 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
         meta["name"] = json!(group);
     }
     json!({ "metadata": meta, "versions": versions })
+}
+
+/// A response kind as upstream's aggregated discovery writes it: group and version empty
+/// when they are the resource's own (they come from the APIResource, which sets them only
+/// when they differ).
+fn relative_kind(info: &ResourceInfo, mut kind: Value) -> Value {
+    if kind["group"] == json!(info.group) && kind["version"] == json!(info.version) {
+        kind["group"] = json!("");
+        kind["version"] = json!("");
+    }
+    kind
 }
 
 /// Which aggregated discovery version the client accepts, if any.

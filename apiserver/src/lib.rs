@@ -11,7 +11,8 @@
 //!   [`encryption`] (at rest); [`context`] carries the user and admission into the store.
 //! - [`discovery`], [`openapi`], [`health`], [`metrics`].
 //! - [`selectors`], [`validation`], [`field_validation`], [`fieldmanager`], [`patch`], [`table`] and [`printers`], [`protobuf`].
-//! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`].
+//! - [`services`] (cluster IPs, node ports), [`namespaces`], [`pods`], [`bootstrap`],
+//!   [`component_status`], [`cluster_authentication`] (`extension-apiserver-authentication`).
 //! - [`connect`] (`pods/log`, `exec`, `attach`, `portforward`, `nodes/proxy`) through the
 //!   [`kubelet_client`] and the upgrade-aware [`proxy`].
 //!
@@ -25,12 +26,15 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod cacher;
+pub mod cluster_authentication;
+pub mod component_status;
 pub mod config;
 pub mod connect;
 pub mod context;
 pub mod discovery;
 pub mod encryption;
 pub mod errors;
+pub mod eviction;
 pub mod field_validation;
 pub mod fieldmanager;
 pub mod handlers;
@@ -142,6 +146,8 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         .await
         .map_err(|e| StartError::Bootstrap(e.to_string()))?;
     authz::bootstrap_policy::reconcile(&registry).await.map_err(|e| StartError::Bootstrap(e.to_string()))?;
+    // Upstream's post-start hook `start-cluster-authentication-info-controller`.
+    tokio::spawn(cluster_authentication::run(registry.clone(), cfg.authentication.clone()));
 
     let tls = tls::serving_config(&cfg).map_err(StartError::Config)?;
     let serving_key = tls::serving_files(&cfg).1;

@@ -2,9 +2,10 @@
 //! a self-signed one generated (once) in `--cert-dir` for the names the server answers to.
 //!
 //! `--tls-min-version` and `--tls-cipher-suites` restrict the protocol versions and TLS 1.2
-//! suites. With `--client-ca-file` the handshake also asks clients for a certificate, without
-//! requiring one or judging its chain (see [`crate::authn::x509`]): the authenticator
-//! verifies it per request, so a bad certificate is an HTTP 401, as upstream.
+//! suites. With `--client-ca-file` (or `--requestheader-client-ca-file`) the handshake also
+//! asks clients for a certificate, without requiring one or judging its chain (see
+//! [`crate::authn::x509`]): the authenticator verifies it per request, so a bad
+//! certificate is an HTTP 401, as upstream.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,11 +39,17 @@ pub fn serving_config(cfg: &Config) -> Result<Arc<rustls::ServerConfig>, String>
     let builder = rustls::ServerConfig::builder_with_provider(policy.provider().map_err(|e| e.to_string())?)
         .with_protocol_versions(policy.versions().map_err(|e| e.to_string())?)
         .map_err(|e| format!("TLS protocol versions: {e}"))?;
-    let builder = match &cfg.authentication.client_ca_file {
-        Some(ca) => {
-            builder.with_client_cert_verifier(Arc::new(crate::authn::x509::RequestClientCert::from_file(ca)?))
-        }
-        None => builder.with_no_client_auth(),
+    let cas: Vec<&std::path::Path> = [
+        cfg.authentication.client_ca_file.as_deref(),
+        cfg.authentication.request_header.requestheader_client_ca_file.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let builder = if cas.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        builder.with_client_cert_verifier(Arc::new(crate::authn::x509::RequestClientCert::from_files(&cas)?))
     };
     let mut config = builder
         .with_single_cert(certs, private_key)

@@ -14,6 +14,8 @@
 //! - [`events`]: core/v1 Events about objects, written in the background and never blocking.
 //! - [`leaderelection`]: one active replica at a time, through a `coordination.k8s.io/v1`
 //!   Lease, as client-go's leader election.
+//! - [`volume`]: which PersistentVolume fits a claim, shared by the PV controller and the
+//!   scheduler's volume binding (upstream's component-helpers `storage/volume`).
 //!
 //! Each module has its own error enum; [`Error`] unites them for callers that
 //! propagate any of them with `?`.
@@ -29,6 +31,7 @@ pub mod metrics;
 pub mod quantity;
 pub mod shutdown;
 pub mod tls;
+pub mod volume;
 
 /// Any error this crate returns, for callers that do not care which module failed.
 #[derive(Debug, thiserror::Error)]

@@ -50,6 +50,15 @@ impl Expectations {
         );
     }
 
+    /// Records creations and deletions in flight together, for controllers that create on
+    /// some nodes and delete on others in one step (the DaemonSet controller).
+    pub fn expect(&self, key: &str, adds: usize, deleted: impl IntoIterator<Item = String>) {
+        self.map.lock().insert(
+            key.to_owned(),
+            Expectation { adds: adds as i64, deletes: deleted.into_iter().collect(), set_at: Instant::now() },
+        );
+    }
+
     /// One creation was observed (or failed, and will never be).
     pub fn creation_observed(&self, key: &str) {
         if let Some(e) = self.map.lock().get_mut(key) {

@@ -11,13 +11,17 @@
 //!   [`events`], [`server`] (10257: health and metrics).
 //! - Leader election on the `kube-system/kube-controller-manager` Lease comes from
 //!   component-base; controllers start only once this replica leads.
+//! - [`local_path`]: the per-node local-path provisioner (its own binary,
+//!   `local-path-provisioner`), built on the same informers and queues.
 
 pub mod clientbuilder;
 pub mod controller;
 pub mod controllers;
 pub use component_base::events;
 pub mod expectations;
+pub mod history;
 pub mod informers;
+pub mod local_path;
 pub mod options;
 pub mod owners;
 pub mod podutil;

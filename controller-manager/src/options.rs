@@ -68,6 +68,18 @@ pub struct Flags {
     pub concurrent_deployment_syncs: usize,
     #[arg(long, default_value_t = 5)]
     pub concurrent_replicaset_syncs: usize,
+    /// ReplicationController workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_rc_syncs: usize,
+    /// Job controller workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_job_syncs: usize,
+    /// CronJob controller workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_cron_job_syncs: usize,
+    /// TTL-after-finished controller workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_ttl_after_finished_syncs: usize,
     /// Endpoints controller workers.
     #[arg(long, default_value_t = 5)]
     pub concurrent_endpoint_syncs: usize,
@@ -80,6 +92,18 @@ pub struct Flags {
     pub concurrent_namespace_syncs: usize,
     #[arg(long, default_value_t = 5)]
     pub concurrent_resource_quota_syncs: usize,
+    /// DaemonSet controller workers.
+    #[arg(long, default_value_t = 2)]
+    pub concurrent_daemonset_syncs: usize,
+    /// StatefulSet controller workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_statefulset_syncs: usize,
+    /// Ephemeral volume controller workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_ephemeralvolume_syncs: usize,
+    /// The period for syncing persistent volumes and persistent volume claims.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub pvclaimbinder_sync_period: Duration,
     /// Enables the generic garbage collector.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
     pub enable_garbage_collector: bool,
@@ -165,11 +189,19 @@ pub struct Options {
     pub kube_api_burst: u32,
     pub concurrent_deployment_syncs: usize,
     pub concurrent_replicaset_syncs: usize,
+    pub concurrent_rc_syncs: usize,
+    pub concurrent_job_syncs: usize,
+    pub concurrent_cron_job_syncs: usize,
+    pub concurrent_ttl_after_finished_syncs: usize,
     pub concurrent_endpoint_syncs: usize,
     pub concurrent_service_endpoint_syncs: usize,
     pub concurrent_gc_syncs: usize,
     pub concurrent_namespace_syncs: usize,
     pub concurrent_resource_quota_syncs: usize,
+    pub concurrent_daemonset_syncs: usize,
+    pub concurrent_statefulset_syncs: usize,
+    pub concurrent_ephemeralvolume_syncs: usize,
+    pub pvclaimbinder_sync_period: Duration,
     pub node_monitor_period: Duration,
     pub node_monitor_grace_period: Duration,
     pub node_startup_grace_period: Duration,
@@ -233,11 +265,19 @@ impl Flags {
             kube_api_burst: self.kube_api_burst,
             concurrent_deployment_syncs: self.concurrent_deployment_syncs,
             concurrent_replicaset_syncs: self.concurrent_replicaset_syncs,
+            concurrent_rc_syncs: self.concurrent_rc_syncs,
+            concurrent_job_syncs: self.concurrent_job_syncs,
+            concurrent_cron_job_syncs: self.concurrent_cron_job_syncs,
+            concurrent_ttl_after_finished_syncs: self.concurrent_ttl_after_finished_syncs,
             concurrent_endpoint_syncs: self.concurrent_endpoint_syncs,
             concurrent_service_endpoint_syncs: self.concurrent_service_endpoint_syncs,
             concurrent_gc_syncs: self.concurrent_gc_syncs,
             concurrent_namespace_syncs: self.concurrent_namespace_syncs,
             concurrent_resource_quota_syncs: self.concurrent_resource_quota_syncs,
+            concurrent_daemonset_syncs: self.concurrent_daemonset_syncs.max(1),
+            concurrent_statefulset_syncs: self.concurrent_statefulset_syncs.max(1),
+            concurrent_ephemeralvolume_syncs: self.concurrent_ephemeralvolume_syncs.max(1),
+            pvclaimbinder_sync_period: self.pvclaimbinder_sync_period,
             node_monitor_period: self.node_monitor_period,
             node_monitor_grace_period: self.node_monitor_grace_period,
             node_startup_grace_period: self.node_startup_grace_period,

@@ -26,8 +26,13 @@ pub struct KubeApiserver {
 impl KubeApiserver {
     /// Starts kube-apiserver against `etcd_endpoint` and waits for /readyz.
     pub fn start(etcd_endpoint: &str, extra_args: &[&str]) -> KubeApiserver {
+        KubeApiserver::start_on(loopback_ip(), etcd_endpoint, extra_args)
+    }
+
+    /// Starts kube-apiserver serving on `ip` (an address other hosts reach, such as a
+    /// multi-node test's hub address) and waits for /readyz.
+    pub fn start_on(ip: Ipv4Addr, etcd_endpoint: &str, extra_args: &[&str]) -> KubeApiserver {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ip = loopback_ip();
         let port = free_port(ip);
         let certs = dir.path().join("certs");
         std::fs::create_dir_all(&certs).expect("cert dir");
@@ -135,6 +140,29 @@ impl KubeApiserver {
             .spawn()
             .expect("running kubectl");
         Spawned::new(child)
+    }
+
+    /// One request as the admin with curl (`-k`): `headers` as `Name: value`, the body
+    /// sent as is. Returns the status code and the body.
+    pub fn request(&self, method: &str, path: &str, headers: &[&str], body: Option<&[u8]>) -> (u16, String) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut c = Command::new("curl");
+        c.args(["-sk", "--max-time", "30", "-o"])
+            .arg(dir.path().join("body"))
+            .args(["-w", "%{http_code}", "-X", method, "-H"])
+            .arg(format!("Authorization: Bearer {ADMIN_TOKEN}"));
+        for h in headers {
+            c.args(["-H", h]);
+        }
+        c.arg(format!("{}{path}", self.url()));
+        if let Some(b) = body {
+            let f = dir.path().join("request");
+            std::fs::write(&f, b).expect("request body");
+            c.arg("--data-binary").arg(format!("@{}", f.display()));
+        }
+        let out = c.output().expect("running curl");
+        let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        (code, std::fs::read_to_string(dir.path().join("body")).unwrap_or_default())
     }
 
     pub fn log_tail(&self, lines: usize) -> String {

@@ -24,6 +24,8 @@ pub struct Containerd {
     pub socket: PathBuf,
     pub bridge: String,
     pub pod_cidr: String,
+    /// The network namespace it runs in (None: the test's own).
+    pub netns: Option<String>,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -37,6 +39,12 @@ pub fn available() -> bool {
 
 impl Containerd {
     pub fn start() -> Containerd {
+        Containerd::start_in(None)
+    }
+
+    /// Starts containerd inside network namespace `netns` (a node of a multi-node test):
+    /// its CNI bridge and pod network namespaces are made there.
+    pub fn start_in(netns: Option<&str>) -> Containerd {
         let dir = tempfile::Builder::new().prefix("ctrd").tempdir().expect("tempdir");
         // A bridge name and a /24 no other test process on this machine uses at once.
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -51,7 +59,11 @@ impl Containerd {
         assert!(out.status.success(), "containerd-config.sh: {}", String::from_utf8_lossy(&out.stderr));
         let socket = dir.path().join("containerd.sock");
         let log = std::fs::File::create(dir.path().join("containerd.log")).expect("log");
-        let child = Command::new("containerd")
+        let mut cmd = Command::new("containerd");
+        if let Some(ns) = netns {
+            crate::netns::command_in(&mut cmd, ns);
+        }
+        let child = cmd
             .arg("--config")
             .arg(dir.path().join("config.toml"))
             .stdin(Stdio::null())
@@ -59,7 +71,8 @@ impl Containerd {
             .stderr(log)
             .spawn()
             .expect("starting containerd");
-        let c = Containerd { child: Some(child), dir, socket, bridge, pod_cidr };
+        let c =
+            Containerd { child: Some(child), dir, socket, bridge, pod_cidr, netns: netns.map(str::to_owned) };
         wait_for("containerd socket", Duration::from_secs(30), Duration::from_millis(100), || {
             c.ctr(&["version"]).status.success().then_some(())
         });
@@ -148,6 +161,9 @@ impl Drop for Containerd {
             let _ = c.wait();
         }
         crate::unmount_under(self.dir.path());
-        let _ = Command::new("ip").args(["link", "delete", &self.bridge]).output();
+        // Inside a namespace the bridge goes with the namespace.
+        if self.netns.is_none() {
+            let _ = Command::new("ip").args(["link", "delete", &self.bridge]).output();
+        }
     }
 }

@@ -1,7 +1,15 @@
 //! A stand-in for kubelets in controller tests and benchmarks: it registers Nodes, renews
 //! their Leases in `kube-node-lease` while they are "alive", marks the pods bound to them
-//! Running and Ready (with a pod IP) unless told to hold a pod not-ready, and finishes
-//! graceful deletions as a kubelet would once its containers stopped. No containers run.
+//! Running and Ready (with a pod IP) unless told to hold a pod (or a node's pods)
+//! not-ready, and finishes graceful deletions as a kubelet would once its containers
+//! stopped. No containers run.
+//!
+//! Pods that should run to completion say how in annotations: [`EXIT_CODE`] (every
+//! container exits with it; [`EXIT_CODES_BY_INDEX`] per Indexed Job index) after
+//! [`RUN_SECONDS`] (default 0) of running. With
+//! `restartPolicy: Never` (or exit code 0) the pod then becomes `Succeeded`/`Failed` with
+//! terminated container states, as a kubelet reports them; with `OnFailure` a non-zero
+//! exit restarts the container instead (`restartCount` grows every `RUN_SECONDS`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -20,12 +28,22 @@ use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use serde_json::json;
 
+/// Annotation: the exit code every container of the pod exits with.
+pub const EXIT_CODE: &str = "fake-kubelet.k8s-rs.io/exit-code";
+/// Annotation: seconds the containers run before exiting (fractions allowed).
+pub const RUN_SECONDS: &str = "fake-kubelet.k8s-rs.io/run-seconds";
+/// Annotation: exit codes of Indexed Job pods by completion index (`1=3,4=42`), over
+/// [`EXIT_CODE`].
+pub const EXIT_CODES_BY_INDEX: &str = "fake-kubelet.k8s-rs.io/exit-codes-by-index";
+
 #[derive(Default)]
 struct State {
     /// Node name → whether its Lease is renewed.
     nodes: Mutex<HashMap<String, bool>>,
     /// Pods (`namespace/name`) held not-ready.
     not_ready: Mutex<HashSet<String>>,
+    /// Nodes whose pods are all held not-ready.
+    not_ready_nodes: Mutex<HashSet<String>>,
     stop: AtomicBool,
     next_ip: AtomicU32,
 }
@@ -74,6 +92,16 @@ impl FakeKubelet {
     /// Stops (or resumes) renewing `node`'s Lease, as a kubelet that died would.
     pub fn set_alive(&self, node: &str, alive: bool) {
         self.state.nodes.lock().insert(node.to_owned(), alive);
+    }
+
+    /// Holds every pod on `node` not-ready (or lets them be ready again).
+    pub fn set_node_pods_ready(&self, node: &str, ready: bool) {
+        let mut held = self.state.not_ready_nodes.lock();
+        if ready {
+            held.remove(node);
+        } else {
+            held.insert(node.to_owned());
+        }
     }
 
     /// Holds the pod `namespace/name` not-ready (or lets it be ready again).
@@ -160,6 +188,16 @@ async fn handle(client: kube::Client, state: Arc<State>, pod: Arc<Pod>) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let api = Api::<Pod>::namespaced(client, &ns);
     if pod.metadata.deletion_timestamp.is_some() {
+        // Finalizers keep the pod after the delete: report the stopped containers first
+        // (a kubelet marks a deleted pod terminal), once.
+        let lingers = pod.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty());
+        if lingers && is_terminal(&pod) {
+            return;
+        }
+        if lingers && !is_terminal(&pod) {
+            let patch = terminal_status(&pod, 137);
+            let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await;
+        }
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
             preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
@@ -168,8 +206,37 @@ async fn handle(client: kube::Client, state: Arc<State>, pod: Arc<Pod>) {
         let _ = api.delete(&name, &dp).await;
         return;
     }
-    let want_ready = !state.not_ready.lock().contains(&format!("{ns}/{name}"));
+    if is_terminal(&pod) {
+        return;
+    }
     let has_ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
+    if has_ip && let Some(code) = exit_code(&pod) {
+        // Running: exit once the run time is over (a scan comes by at least every 200 ms).
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at.as_ref())
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now);
+        if Timestamp::now().duration_since(started).as_secs_f64() < run_seconds(&pod) {
+            return;
+        }
+        let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+        let patch = if code != 0 && restart != "Never" {
+            restarted_status(&pod, code)
+        } else {
+            terminal_status(&pod, code)
+        };
+        let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await;
+        return;
+    }
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let want_ready = !state.not_ready.lock().contains(&format!("{ns}/{name}"))
+        && !state.not_ready_nodes.lock().contains(&node);
     if has_ip && is_ready(&pod) == want_ready {
         return;
     }
@@ -204,6 +271,90 @@ async fn handle(client: kube::Client, state: Arc<State>, pod: Arc<Pod>) {
         "containerStatuses": containers,
     }});
     let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await;
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn exit_code(pod: &Pod) -> Option<i32> {
+    let by_index = annotation(pod, "batch.kubernetes.io/job-completion-index").and_then(|ix| {
+        annotation(pod, EXIT_CODES_BY_INDEX)?
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(i, _)| i.trim() == ix)
+            .and_then(|(_, code)| code.trim().parse().ok())
+    });
+    by_index.or_else(|| annotation(pod, EXIT_CODE)?.parse().ok())
+}
+
+fn run_seconds(pod: &Pod) -> f64 {
+    annotation(pod, RUN_SECONDS).and_then(|s| s.parse().ok()).unwrap_or(0.0)
+}
+
+fn container_names(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// The status of a pod whose containers all exited with `code`: `Succeeded` for 0.
+fn terminal_status(pod: &Pod, code: i32) -> serde_json::Value {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let started =
+        pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0.to_string()).unwrap_or_else(now);
+    let reason = if code == 0 { "Completed" } else { "Error" };
+    let containers: Vec<_> = container_names(pod)
+        .into_iter()
+        .map(|(c, image)| {
+            json!({"name": c, "ready": false, "started": false, "image": image, "imageID": "",
+                "containerID": format!("fake://{name}-{c}"),
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
+                    "finishedAt": now(), "containerID": format!("fake://{name}-{c}")}}})
+        })
+        .collect();
+    let not_ready = |t: &str| json!({"type": t, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now()});
+    json!({"status": {
+        "phase": if code == 0 { "Succeeded" } else { "Failed" },
+        "startTime": started,
+        "conditions": [
+            {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": now()},
+            {"type": "Initialized", "status": "True", "reason": "PodCompleted", "lastTransitionTime": now()},
+            not_ready("Ready"),
+            not_ready("ContainersReady"),
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+/// A container restarted after exiting with `code` (`restartPolicy: OnFailure`/`Always`).
+fn restarted_status(pod: &Pod, code: i32) -> serde_json::Value {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let restarts = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map(|c| c.restart_count)
+        .unwrap_or(0);
+    let containers: Vec<_> = container_names(pod)
+        .into_iter()
+        .map(|(c, image)| {
+            json!({"name": c, "ready": true, "started": true, "image": image, "imageID": "",
+                "containerID": format!("fake://{name}-{c}"), "restartCount": restarts + 1,
+                "state": {"running": {"startedAt": now()}},
+                "lastState": {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": now()}}})
+        })
+        .collect();
+    json!({"status": {"containerStatuses": containers}})
 }
 
 async fn run(client: kube::Client, state: Arc<State>) {

@@ -25,6 +25,8 @@ pub struct Kubelet {
     pub cgroup_root: String,
     runtime_socket: PathBuf,
     args: Vec<String>,
+    /// The network namespace it runs in (None: the test's own).
+    netns: Option<String>,
 }
 
 impl Kubelet {
@@ -37,10 +39,26 @@ impl Kubelet {
         client_ca: Option<&std::path::Path>,
         extra_config: &str,
     ) -> Kubelet {
-        let dir = tempfile::Builder::new().prefix("kubelet").tempdir().expect("tempdir");
         let ip = loopback_ip();
-        let port = free_port(ip);
-        let healthz_port = free_port(ip);
+        Kubelet::start_at(api, ctrd, node, None, ip, free_port(ip), client_ca, extra_config)
+    }
+
+    /// Starts a kubelet as [`Kubelet::start`] does, inside network namespace `netns` (a
+    /// node of a multi-node test) with `ip` as its node IP and serving address, its API on
+    /// `port` and healthz on `port + 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_at(
+        api: Option<&KubeApiserver>,
+        ctrd: &Containerd,
+        node: &str,
+        netns: Option<&str>,
+        ip: Ipv4Addr,
+        port: u16,
+        client_ca: Option<&std::path::Path>,
+        extra_config: &str,
+    ) -> Kubelet {
+        let dir = tempfile::Builder::new().prefix("kubelet").tempdir().expect("tempdir");
+        let healthz_port = if netns.is_some() { port + 1 } else { free_port(ip) };
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).expect("manifests");
         let root_dir = dir.path().join("root");
@@ -83,6 +101,7 @@ impl Kubelet {
             cgroup_root,
             runtime_socket: ctrd.socket.clone(),
             args,
+            netns: netns.map(str::to_owned),
         };
         k.spawn();
         k
@@ -94,7 +113,11 @@ impl Kubelet {
             .append(true)
             .open(self.dir.path().join("kubelet.log"))
             .expect("log");
-        let child = Command::new(crate::bin("kubelet"))
+        let mut cmd = Command::new(crate::bin("kubelet"));
+        if let Some(ns) = &self.netns {
+            crate::netns::command_in(&mut cmd, ns);
+        }
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))

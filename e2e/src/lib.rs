@@ -17,9 +17,12 @@ pub mod certs;
 pub mod cluster;
 pub mod component;
 pub mod containerd;
+pub mod dns;
+pub mod fake_cluster;
 pub mod fake_kubelet;
 pub mod kubelet;
 pub mod netns;
+pub mod nodes;
 pub mod pki;
 pub mod webhook;
 

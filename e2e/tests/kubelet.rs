@@ -1,7 +1,7 @@
 //! The kubelet against real containerd + runc + CNI, with our etcd, kube-apiserver,
 //! kube-scheduler and kube-controller-manager, driven with real kubectl. Each test runs its
 //! own containerd (private root, socket, bridge and pod CIDR) and kubelet (private root dir,
-//! log dir, static pod dir and cgroup root). Needs root; skipped (with a message) otherwise.
+//! log dir, static pod dir and cgroup root). Needs root and containerd; fails without them.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -155,11 +155,13 @@ fn restart_count(pod: &Value) -> i64 {
     container_status(pod, 0)["restartCount"].as_i64().unwrap_or(0)
 }
 
+/// These tests must run where CI runs them (root, containerd from hack/install-deps.sh): a
+/// missing prerequisite is a failure, never a silent pass.
 fn skip() -> bool {
-    if !containerd::available() {
-        eprintln!("skipping: needs root and containerd (hack/install-deps.sh)");
-        return true;
-    }
+    assert!(
+        containerd::available(),
+        "kubelet e2e tests need root and containerd: run hack/install-deps.sh as root"
+    );
     false
 }
 
@@ -711,4 +713,112 @@ spec:
         let pods = c.get(&["pods", "-l", "app=movers"])["items"].as_array().cloned().unwrap_or_default();
         pods.iter().all(|p| p["spec"]["nodeName"] == "kl-spare").then_some(())
     });
+}
+
+#[test]
+fn sub_paths_expand_and_never_leave_their_volume() {
+    if skip() {
+        return;
+    }
+    let c = Cluster::start("kl-node-subpath", false, &[], "");
+    // subPathExpr from the pod's name: the directory is made in the volume, with the
+    // volume's mode, and what the container writes there shows in the whole volume.
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: subexpr
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    env:
+    - name: POD_NAME
+      valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+    command: [sh, -c, "echo hi > /mine/f && test -f /whole/subexpr/f && echo ok; sleep 600"]
+    volumeMounts:
+    - {{name: work, mountPath: /mine, subPathExpr: "$(POD_NAME)"}}
+    - {{name: work, mountPath: /whole}}
+  volumes:
+  - {{name: work, emptyDir: {{}}}}
+"#
+    ));
+    c.wait_pod("subexpr", "Running", |p| phase(p) == "Running");
+    wait_for("subPathExpr pod's output", WAIT, POLL, || c.logs("subexpr", "c").contains("ok").then_some(()));
+
+    // A symlink an earlier container planted in the volume, pointing out of it: the main
+    // container's subPath through it is refused (CreateContainerConfigError), the host's
+    // directory is never mounted.
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: escape
+spec:
+  initContainers:
+  - name: plant
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "ln -s /etc /work/escape"]
+    volumeMounts:
+    - {{name: work, mountPath: /work}}
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: [sleep, "600"]
+    volumeMounts:
+    - {{name: work, mountPath: /hostetc, subPath: escape}}
+  volumes:
+  - {{name: work, emptyDir: {{}}}}
+"#
+    ));
+    c.wait_pod("escape", "CreateContainerConfigError", |p| {
+        container_status(p, 0)["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    });
+    let pod = c.get(&["pod", "escape"]);
+    let msg = container_status(&pod, 0)["state"]["waiting"]["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("failed to prepare subPath for volumeMount \"work\""), "{msg}");
+    assert!(!std::fs::read_to_string("/proc/self/mounts").unwrap().lines().any(|l| l.starts_with("/etc ")));
+
+    // An expansion that yields an absolute path, or a variable with no value: refused
+    // with upstream's reasons.
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: absolute
+spec:
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: [sleep, "600"]
+    env:
+    - {{name: P, value: /tmp}}
+    volumeMounts:
+    - {{name: work, mountPath: /x, subPathExpr: "$(P)"}}
+  volumes:
+  - {{name: work, emptyDir: {{}}}}
+"#
+    ));
+    c.wait_pod("absolute", "CreateContainerConfigError", |p| {
+        container_status(p, 0)["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("must not be an absolute path"))
+    });
+    let uid = c.get(&["pod", "subexpr"])["metadata"]["uid"].as_str().unwrap().to_string();
+    c.kubectl(&[
+        "delete",
+        "pod",
+        "subexpr",
+        "escape",
+        "absolute",
+        "--grace-period=1",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    c.assert_cleaned_up(&uid);
 }

@@ -6,13 +6,20 @@
 #   big       one Deployment of BIG replicas: time until every pod exists / is ready
 #   many      DEPLOYMENTS Deployments x REPLICAS: time until every pod exists / is ready
 #   rolling   a new image for all DEPLOYMENTS: time until every rollout completed
+#   job       a Job of JOB_COMPLETIONS completions, JOB_PARALLELISM at a time, its pods
+#             finished by the fake kubelet: completions/s and the controller-manager's CPU
+#   daemonset fake nodes added up to DS_NODES (default 1000), one DaemonSet: time until a pod
+#             exists for every node, and until all are scheduled and ready
 # then the controller-manager's CPU seconds and peak RSS, and the other processes' CPU.
+# PHASES (comma-separated, default all) runs only some, e.g. PHASES=job.
 # The controller-manager runs with --kube-api-qps/--kube-api-burst raised (KCM_QPS, default
 # 1000): upstream's defaults (20/30) would make client-side throttling, not the controllers,
 # the measured limit. Not a test: compare figures from the same run only.
 #
 #   hack/bench/controllers.sh
 #   BIG=1000 DEPLOYMENTS=20 hack/bench/controllers.sh
+#   PHASES=job JOB_COMPLETIONS=1000 JOB_PARALLELISM=100 hack/bench/controllers.sh
+#   PHASES=daemonset DS_NODES=1000 hack/bench/controllers.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -22,12 +29,16 @@ BIG="${BIG:-3000}"
 DEPLOYMENTS="${DEPLOYMENTS:-100}"
 REPLICAS="${REPLICAS:-30}"
 KCM_QPS="${KCM_QPS:-1000}"
+JOB_COMPLETIONS="${JOB_COMPLETIONS:-1000}"
+JOB_PARALLELISM="${JOB_PARALLELISM:-100}"
+PHASES="${PHASES:-baseline,big,many,rolling,job,daemonset}"
+DS_NODES="${DS_NODES:-1000}"
 SCRATCH="${SCRATCH:-/var/tmp/controllers-bench}"
 HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+cargo build --release --locked --workspace --bins --tests 2>&1 | { grep -E '^(warning|error)' || true; }
 B="$CARGO_TARGET_DIR/release"
 TICK=$(getconf CLK_TCK)
 
@@ -56,8 +67,9 @@ cport=$(free_port)
 KCM_PID=$!; PIDS+=("$KCM_PID")
 for _ in $(seq 1 200); do curl -skf "https://$HOST:$cport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 
-echo "nproc=$(nproc) nodes=$NODES big=$BIG deployments=${DEPLOYMENTS}x$REPLICAS kcm qps/burst=$KCM_QPS"
+echo "nproc=$(nproc) nodes=$NODES big=$BIG deployments=${DEPLOYMENTS}x$REPLICAS job=${JOB_COMPLETIONS}/${JOB_PARALLELISM} kcm qps/burst=$KCM_QPS phases=$PHASES"
 "$B/controllers-bench" --kubeconfig "$SCRATCH/kubeconfig" --nodes "$NODES" --big "$BIG" \
-  --deployments "$DEPLOYMENTS" --replicas "$REPLICAS"
+  --deployments "$DEPLOYMENTS" --replicas "$REPLICAS" --job-completions "$JOB_COMPLETIONS" \
+  --job-parallelism "$JOB_PARALLELISM" --kcm-pid "$KCM_PID" --phases "$PHASES" --ds-nodes "$DS_NODES"
 printf 'cpu_s(etcd=%s apiserver=%s scheduler=%s controller-manager=%s) controller-manager peak RSS %s MiB\n' \
   "$(cpu_s "$ETCD_PID")" "$(cpu_s "$API_PID")" "$(cpu_s "$SCHED_PID")" "$(cpu_s "$KCM_PID")" "$(peak_rss_mib "$KCM_PID")"

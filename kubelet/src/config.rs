@@ -253,6 +253,11 @@ impl KubeletConfiguration {
                 self.kube_api_qps, self.kube_api_burst
             )));
         }
+        for ip in &self.cluster_dns {
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(Error::Invalid(format!("clusterDNS {ip:?} must be a valid IP address")));
+            }
+        }
         if self.max_pods <= 0 {
             return Err(Error::Invalid("maxPods must be greater than zero".into()));
         }
@@ -340,6 +345,7 @@ mod tests {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: soon\n",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard: {memory.available: lots}\n",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nauthorization: {mode: RBAC}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [kube-dns]\n",
         ] {
             assert!(KubeletConfiguration::parse(bad, "t").is_err(), "{bad}");
         }

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 
 use crate::kuberuntime::quantity_milli;
 
@@ -17,6 +19,8 @@ pub struct PodObjects {
     /// Services visible to the pod for service links: its namespace's (when
     /// `enableServiceLinks`) and `default/kubernetes`.
     pub services: Vec<Service>,
+    /// The pod's PersistentVolumeClaims by name, each with its bound volume (if bound).
+    pub claims: HashMap<String, Option<(PersistentVolumeClaim, Option<PersistentVolume>)>>,
 }
 
 impl PodObjects {

@@ -16,9 +16,8 @@ use crate::qos::{QosClass, qos_class};
 pub struct SandboxContext {
     pub pod_logs_dir: PathBuf,
     pub cgroup_root: String,
-    pub cluster_dns: Vec<String>,
-    pub cluster_domain: String,
-    pub resolv_conf: PathBuf,
+    /// clusterDNS, clusterDomain and resolvConf: the pod's /etc/resolv.conf.
+    pub dns: crate::dns::Configurer,
     pub node_name: String,
 }
 
@@ -57,81 +56,23 @@ fn host_network(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
 }
 
-/// DNS for the sandbox by `dnsPolicy`: ClusterFirst uses clusterDNS with the cluster search
-/// path and `ndots:5` (falling back to the host's resolv.conf without clusterDNS, as
-/// upstream); Default uses the host's; None only `dnsConfig`; dnsConfig is merged last.
-pub fn dns_config(ctx: &SandboxContext, pod: &Pod) -> cri::DnsConfig {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let host = read_resolv_conf(&ctx.resolv_conf);
-    let mut policy = spec.dns_policy.clone().unwrap_or_else(|| "ClusterFirst".into());
-    if policy == "ClusterFirstWithHostNet" {
-        policy = "ClusterFirst".into();
-    } else if policy == "ClusterFirst" && spec.host_network == Some(true) {
-        policy = "Default".into();
-    }
-    if policy == "ClusterFirst" && ctx.cluster_dns.is_empty() {
-        policy = "Default".into();
-    }
-    let mut dns = match policy.as_str() {
-        "ClusterFirst" => {
-            let d = &ctx.cluster_domain;
-            let mut searches = if d.is_empty() {
-                Vec::new()
-            } else {
-                vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()]
-            };
-            searches.extend(host.searches.iter().cloned());
-            cri::DnsConfig { servers: ctx.cluster_dns.clone(), searches, options: vec!["ndots:5".into()] }
-        }
-        "None" => cri::DnsConfig::default(),
-        _ => host,
-    };
-    if let Some(extra) = spec.dns_config {
-        dns.servers.extend(extra.nameservers.unwrap_or_default());
-        dns.searches.extend(extra.searches.unwrap_or_default());
-        for o in extra.options.unwrap_or_default() {
-            let name = o.name.unwrap_or_default();
-            dns.options.retain(|existing| existing.split(':').next() != Some(name.as_str()));
-            dns.options.push(match o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name,
-            });
-        }
-    }
-    // Upstream's limits: 3 nameservers, 32 search domains.
-    dns.servers.dedup();
-    dns.servers.truncate(3);
-    dns.searches.dedup();
-    dns.searches.truncate(32);
-    dns
-}
-
-fn read_resolv_conf(path: &Path) -> cri::DnsConfig {
-    let mut dns = cri::DnsConfig::default();
-    let Ok(text) = std::fs::read_to_string(path) else { return dns };
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => dns.servers.extend(words.next().map(String::from)),
-            Some("search") | Some("domain") => dns.searches = words.map(String::from).collect(),
-            Some("options") => dns.options.extend(words.map(String::from)),
-            _ => {}
-        }
-    }
-    dns
-}
-
-/// The sandbox config; `attempt` counts the pod's sandboxes so far.
-pub fn sandbox_config(ctx: &SandboxContext, pod: &Pod, attempt: u32) -> cri::PodSandboxConfig {
+/// The sandbox config and the DNS warnings to record as events; `attempt` counts the
+/// pod's sandboxes so far. An error (an unreadable resolv.conf, an invalid hostname) means
+/// no sandbox can be made, as upstream's `generatePodSandboxConfig`.
+pub fn sandbox_config(
+    ctx: &SandboxContext,
+    pod: &Pod,
+    attempt: u32,
+) -> Result<(cri::PodSandboxConfig, Vec<crate::dns::Warning>), String> {
     let m = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
+    let (dns_config, warnings) = ctx.dns.pod_dns(pod)?;
+    // A hostNetwork pod keeps the node's name (the runtime leaves the UTS namespace alone).
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        let mut h = spec.hostname.clone().unwrap_or_else(|| m.name.clone().unwrap_or_default());
-        h.truncate(63);
-        h
+        let (hostname, domain) = crate::dns::hostname_and_domain(pod, &ctx.dns.cluster_domain)?;
+        crate::dns::kernel_hostname(pod, &hostname, &domain)?
     };
     let mut port_mappings = Vec::new();
     for c in spec.containers.iter() {
@@ -153,7 +94,7 @@ pub fn sandbox_config(ctx: &SandboxContext, pod: &Pod, attempt: u32) -> cri::Pod
     let privileged =
         all_containers(pod).any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false));
     let sysctls = psc.sysctls.iter().flatten().map(|s| (s.name.clone(), s.value.clone())).collect();
-    cri::PodSandboxConfig {
+    let config = cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: m.name.clone().unwrap_or_default(),
             uid: m.uid.clone().unwrap_or_default(),
@@ -162,7 +103,7 @@ pub fn sandbox_config(ctx: &SandboxContext, pod: &Pod, attempt: u32) -> cri::Pod
         }),
         hostname,
         log_directory: pod_log_dir(&ctx.pod_logs_dir, pod).display().to_string(),
-        dns_config: Some(dns_config(ctx, pod)),
+        dns_config: Some(dns_config),
         port_mappings,
         labels: pod_labels(pod),
         annotations: m.annotations.clone().unwrap_or_default().into_iter().collect(),
@@ -180,7 +121,8 @@ pub fn sandbox_config(ctx: &SandboxContext, pod: &Pod, attempt: u32) -> cri::Pod
             ..Default::default()
         }),
         windows: None,
-    }
+    };
+    Ok((config, warnings))
 }
 
 /// The pod's namespaces: the host's when hostNetwork/hostPID/hostIPC, else the pod's; one
@@ -397,9 +339,12 @@ mod tests {
         SandboxContext {
             pod_logs_dir: "/var/log/pods".into(),
             cgroup_root: "/".into(),
-            cluster_dns: vec!["10.0.0.10".into()],
-            cluster_domain: "cluster.local".into(),
-            resolv_conf: "/nonexistent".into(),
+            dns: crate::dns::Configurer {
+                cluster_dns: vec!["10.0.0.10".parse().unwrap()],
+                cluster_domain: "cluster.local".into(),
+                resolv_conf: None,
+                node_ips: Vec::new(),
+            },
             node_name: "n1".into(),
         }
     }
@@ -411,7 +356,9 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}],
                       "resources": {"requests": {"cpu": "100m"}}}]}
         }));
-        let s = sandbox_config(&ctx(), &p, 2);
+        let (s, warnings) = sandbox_config(&ctx(), &p, 2).unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(s.hostname, "web");
         let m = s.metadata.clone().unwrap();
         assert_eq!(
             (m.name.as_str(), m.namespace.as_str(), m.uid.as_str(), m.attempt),

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod cri;
+pub mod dns;
 pub mod envs;
 pub mod kuberuntime;
 pub mod metrics;
@@ -35,6 +36,7 @@ pub mod sources;
 pub mod stats;
 pub mod status;
 pub mod streaming;
+pub mod subpath;
 pub mod volumes;
 
 use std::collections::HashMap;

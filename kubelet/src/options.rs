@@ -44,6 +44,18 @@ pub struct Flags {
     /// (default <root-dir>/pki).
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
+    /// DNS server IPs for pods (comma-separated); overrides clusterDNS. Pods with
+    /// dnsPolicy ClusterFirst use them as their only nameservers.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain; overrides clusterDomain. Pods' search path starts with
+    /// `<ns>.svc.<domain> svc.<domain> <domain>`.
+    #[arg(long)]
+    pub cluster_domain: Option<String>,
+    /// The resolver configuration pods of dnsPolicy Default get (and ClusterFirst pods'
+    /// search domains come from); "" for none. Overrides resolvConf.
+    #[arg(long)]
+    pub resolv_conf: Option<PathBuf>,
     /// Log verbosity.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
@@ -72,6 +84,20 @@ impl Flags {
         }
         if let Some(r) = self.register_node {
             config.register_node = r;
+        }
+        let cluster_dns: Vec<String> = self.cluster_dns.into_iter().filter(|s| !s.is_empty()).collect();
+        if !cluster_dns.is_empty() {
+            for ip in &cluster_dns {
+                ip.parse::<IpAddr>()
+                    .map_err(|_| Error::Invalid(format!("--cluster-dns: {ip:?} is not an IP address")))?;
+            }
+            config.cluster_dns = cluster_dns;
+        }
+        if let Some(d) = self.cluster_domain {
+            config.cluster_domain = d;
+        }
+        if let Some(r) = self.resolv_conf {
+            config.resolv_conf = r;
         }
         config.runtime_socket()?;
         let node_name = match self.hostname_override {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use component_base::events::Type;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodStatus, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Secret, Service,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -264,14 +266,40 @@ pub fn event(k: &Kubelet, pod: &Pod, kind: Type, reason: &str, message: String) 
     }
 }
 
+/// Records the warnings of a pod's DNS configuration, on the pod or on the Node.
+fn dns_events(k: &Kubelet, pod: &Pod, warnings: Vec<crate::dns::Warning>) {
+    let Some(r) = &k.recorder else { return };
+    for w in warnings {
+        match w.subject {
+            crate::dns::Subject::Pod => r.event("kubelet", pod, Type::Warning, w.reason, w.message),
+            crate::dns::Subject::Node => {
+                // Upstream's node reference: the Node by name, with the name as its UID.
+                let node = k8s_openapi::api::core::v1::Node {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(k.opts.node_name.clone()),
+                        uid: Some(k.opts.node_name.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                r.event("kubelet", &node, Type::Warning, w.reason, w.message);
+            }
+        }
+    }
+}
+
 fn sandbox_context(k: &Kubelet) -> SandboxContext {
     let c = k.config();
     SandboxContext {
         pod_logs_dir: c.pod_logs_dir.clone(),
         cgroup_root: c.cgroup_root.clone(),
-        cluster_dns: c.cluster_dns.clone(),
-        cluster_domain: c.cluster_domain.clone(),
-        resolv_conf: c.resolv_conf.clone(),
+        dns: crate::dns::Configurer {
+            // Validated when the configuration was loaded.
+            cluster_dns: c.cluster_dns.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            cluster_domain: c.cluster_domain.clone(),
+            resolv_conf: Some(c.resolv_conf.clone()).filter(|p| !p.as_os_str().is_empty()),
+            node_ips: k.opts.node_ip.into_iter().collect(),
+        },
         node_name: k.opts.node_name.clone(),
     }
 }
@@ -318,6 +346,30 @@ async fn fetch_objects(k: &Kubelet, pod: &Pod) -> Result<PodObjects, String> {
         }
         let obj = secret_api.get_opt(&name).await.map_err(|e| format!("secret {name}: {e}"))?;
         objects.secrets.insert(name, obj);
+    }
+    // Claims and their volumes (the Node authorizer lets a node read those of its pods).
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pv_api: Api<PersistentVolume> = Api::all(client.clone());
+    for name in volumes::claim_names(&pod_name, &spec) {
+        if objects.claims.contains_key(&name) {
+            continue;
+        }
+        let claim =
+            claim_api.get_opt(&name).await.map_err(|e| format!("persistentvolumeclaim {name}: {e}"))?;
+        let entry = match claim {
+            None => None,
+            Some(claim) => {
+                let volume =
+                    claim.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty());
+                let pv = match volume {
+                    Some(v) => pv_api.get_opt(&v).await.map_err(|e| format!("persistentvolume {v}: {e}"))?,
+                    None => None,
+                };
+                Some((claim, pv))
+            }
+        };
+        objects.claims.insert(name, entry);
     }
     // Service links: the namespace's services when enabled, the master service always.
     if spec.enable_service_links.unwrap_or(true) {
@@ -511,7 +563,16 @@ async fn sync_running(
     let (sandbox_id, sandbox_cfg) = match ready {
         Some(s) => {
             let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
-            (s.id.clone(), kuberuntime::sandbox_config(&ctx, &pod, attempt))
+            match kuberuntime::sandbox_config(&ctx, &pod, attempt) {
+                // Its DNS warnings were recorded when it was created.
+                Ok((cfg, _)) => (s.id.clone(), cfg),
+                Err(err) => {
+                    let message =
+                        format!("Failed to generate sandbox config for pod {:?}: {err}", full_name(&pod));
+                    event(k, &pod, Type::Warning, "FailedCreatePodSandBox", message);
+                    return Ok(Next::After(Duration::from_secs(5)));
+                }
+            }
         }
         None => {
             // A pod whose containers all ended for good does not get a new sandbox.
@@ -537,7 +598,18 @@ async fn sync_running(
                 .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
                 .max()
                 .unwrap_or(0);
-            let cfg = kuberuntime::sandbox_config(&ctx, &pod, attempt);
+            let cfg = match kuberuntime::sandbox_config(&ctx, &pod, attempt) {
+                Ok((cfg, warnings)) => {
+                    dns_events(k, &pod, warnings);
+                    cfg
+                }
+                Err(err) => {
+                    let message =
+                        format!("Failed to generate sandbox config for pod {:?}: {err}", full_name(&pod));
+                    event(k, &pod, Type::Warning, "FailedCreatePodSandBox", message);
+                    return Ok(Next::After(Duration::from_secs(5)));
+                }
+            };
             let _ = std::fs::create_dir_all(kuberuntime::pod_log_dir(&ctx.pod_logs_dir, &pod));
             tracing::info!(pod = %full_name(&pod), attempt, "creating pod sandbox");
             match k.runtime.run_pod_sandbox(cfg.clone()).await {
@@ -806,7 +878,8 @@ async fn start_container(
         ("CreateContainerConfigError".to_string(), e)
     })?;
     let mut mounts = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    let pod_dir = volumes::pod_dir(&k.opts.root_dir, pod.metadata.uid.as_deref().unwrap_or(""));
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(base) = env.volume_paths.get(&m.name) else {
             return Err((
                 "CreateContainerConfigError".into(),
@@ -814,19 +887,33 @@ async fn start_container(
             ));
         };
         let mut host_path = base.clone();
-        if let Some(sub) = m.sub_path.as_ref().filter(|s| !s.is_empty()) {
-            if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
-                return Err(("CreateContainerConfigError".into(), format!("invalid subPath {sub:?}")));
-            }
-            host_path = base.join(sub);
-            if !host_path.exists() {
-                let _ = std::fs::create_dir_all(&host_path);
-            }
+        let config_error = |msg: String| {
+            event(k, pod, Type::Warning, "Failed", format!("Error: {msg}"));
+            ("CreateContainerConfigError".to_string(), msg)
+        };
+        let sub = match (
+            m.sub_path.as_deref().filter(|s| !s.is_empty()),
+            m.sub_path_expr.as_deref().filter(|s| !s.is_empty()),
+        ) {
+            (Some(sub), _) => Some(sub.to_owned()),
+            (None, Some(expr)) => Some(crate::subpath::expand_expr(expr, &vars).map_err(config_error)?),
+            (None, None) => None,
+        };
+        if let Some(sub) = sub {
+            crate::subpath::validate(&sub).map_err(config_error)?;
+            let target = pod_dir.join("volume-subpaths").join(&m.name).join(&c.name).join(index.to_string());
+            host_path = crate::subpath::prepare(base, &sub, &target).map_err(|e| {
+                tracing::warn!(pod = %full_name(pod), container = %c.name, volume = %m.name, "subPath: {e}");
+                config_error(format!(
+                    "failed to prepare subPath for volumeMount \"{}\" of container \"{}\"",
+                    m.name, c.name
+                ))
+            })?;
         }
         mounts.push(HostMount {
             container_path: m.mount_path.clone(),
             host_path,
-            readonly: m.read_only.unwrap_or(false),
+            readonly: m.read_only.unwrap_or(false) || volumes::claim_read_only(pod, &m.name),
         });
     }
     let dir = volumes::pod_dir(&k.opts.root_dir, pod.metadata.uid.as_deref().unwrap_or(""))

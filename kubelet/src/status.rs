@@ -56,7 +56,75 @@ fn nanos_to_time(n: i64) -> Option<Time> {
     (n > 0).then(|| Time(Timestamp::from_nanosecond(n as i128).unwrap_or(Timestamp::UNIX_EPOCH)))
 }
 
-fn terminated(s: &cri::ContainerStatus) -> ContainerStateTerminated {
+/// Upstream's bounds on a termination message: 4096 bytes from the file; from the log, its
+/// last 80 lines and at most 2048 bytes.
+const MAX_MESSAGE_BYTES: u64 = 4096;
+const FALLBACK_LOG_LINES: usize = 80;
+const FALLBACK_LOG_BYTES: usize = 2048;
+
+/// The message of an exited container, as upstream's `getTerminationMessage`: the file the
+/// kubelet mounted at `terminationMessagePath` (found in the runtime's mount list); when
+/// that is empty, the container failed and the policy is `FallbackToLogsOnError`, the tail
+/// of its log; else the runtime's own message (an OOM kill, say).
+fn termination_message(c: &Container, s: &cri::ContainerStatus) -> Option<String> {
+    use std::io::Read;
+    let path = c.termination_message_path.as_deref().unwrap_or("/dev/termination-log");
+    let from_file = s
+        .mounts
+        .iter()
+        .find(|m| m.container_path == path)
+        .and_then(|m| std::fs::File::open(&m.host_path).ok())
+        .and_then(|f| {
+            let mut buf = Vec::new();
+            f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf).ok()?;
+            Some(String::from_utf8_lossy(&buf).into_owned())
+        })
+        .filter(|m| !m.is_empty());
+    if from_file.is_some() {
+        return from_file;
+    }
+    let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+    if fallback && s.exit_code != 0 && !s.log_path.is_empty() {
+        if let Some(tail) = log_tail(&s.log_path).filter(|t| !t.is_empty()) {
+            return Some(tail);
+        }
+    }
+    (!s.message.is_empty()).then(|| s.message.clone())
+}
+
+/// The last lines of a CRI log file (`<time> <stream> <P|F> <text>` records) as the
+/// container wrote them, bounded as upstream bounds a fallback termination message.
+fn log_tail(path: &str) -> Option<String> {
+    let text = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let mut lines: Vec<String> = Vec::new();
+    let mut partial = String::new();
+    for record in text.lines() {
+        let mut parts = record.splitn(4, ' ');
+        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        partial.push_str(parts.next().unwrap_or(""));
+        if tag != "P" {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    let start = lines.len().saturating_sub(FALLBACK_LOG_LINES);
+    let mut out = lines[start..].join("\n");
+    if !lines.is_empty() {
+        out.push('\n');
+    }
+    if out.len() > FALLBACK_LOG_BYTES {
+        let mut cut = out.len() - FALLBACK_LOG_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out.drain(..cut);
+    }
+    Some(out)
+}
+
+fn terminated(c: &Container, s: &cri::ContainerStatus) -> ContainerStateTerminated {
     ContainerStateTerminated {
         exit_code: s.exit_code,
         reason: Some(if s.reason.is_empty() {
@@ -64,7 +132,7 @@ fn terminated(s: &cri::ContainerStatus) -> ContainerStateTerminated {
         } else {
             s.reason.clone()
         }),
-        message: (!s.message.is_empty()).then(|| s.message.clone()),
+        message: termination_message(c, s),
         started_at: nanos_to_time(s.started_at),
         finished_at: nanos_to_time(s.finished_at),
         container_id: Some(format!("containerd://{}", s.id)),
@@ -94,7 +162,7 @@ fn container_status(
             ..Default::default()
         },
         (Some(s), None) if s.state == cri::ContainerState::ContainerExited as i32 => {
-            ContainerState { terminated: Some(terminated(s)), ..Default::default() }
+            ContainerState { terminated: Some(terminated(c, s)), ..Default::default() }
         }
         _ => ContainerState {
             waiting: Some(ContainerStateWaiting { reason: Some("ContainerCreating".into()), message: None }),
@@ -121,7 +189,7 @@ fn container_status(
         state: Some(state),
         last_state: Some(match last {
             Some(s) if s.state == cri::ContainerState::ContainerExited as i32 => {
-                ContainerState { terminated: Some(terminated(s)), ..Default::default() }
+                ContainerState { terminated: Some(terminated(c, s)), ..Default::default() }
             }
             _ => ContainerState::default(),
         }),
@@ -310,6 +378,34 @@ mod tests {
             previous: None,
             now: Timestamp::UNIX_EPOCH,
         })
+    }
+
+    #[test]
+    fn termination_message_from_file_else_log_tail_on_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("msg");
+        let log = dir.path().join("0.log");
+        std::fs::write(&file, "").unwrap();
+        std::fs::write(&log, "2026-01-01T00:00:00Z stdout P par\n2026-01-01T00:00:00Z stdout F tial\n2026-01-01T00:00:01Z stderr F boom\n").unwrap();
+        let mut c: Container =
+            serde_json::from_value(json!({"name": "c", "terminationMessagePath": "/dev/m"})).unwrap();
+        let mut s = record(cri::ContainerState::ContainerExited, 1, 0);
+        s.mounts = vec![cri::Mount {
+            container_path: "/dev/m".into(),
+            host_path: file.display().to_string(),
+            ..Default::default()
+        }];
+        s.log_path = log.display().to_string();
+        // Policy File (the default): an empty file is no message.
+        assert_eq!(termination_message(&c, &s), None);
+        c.termination_message_policy = Some("FallbackToLogsOnError".into());
+        assert_eq!(termination_message(&c, &s).as_deref(), Some("partial\nboom\n"));
+        // A success never falls back to the log.
+        s.exit_code = 0;
+        assert_eq!(termination_message(&c, &s), None);
+        // The file wins, cut at 4096 bytes.
+        std::fs::write(&file, "x".repeat(5000)).unwrap();
+        assert_eq!(termination_message(&c, &s).map(|m| m.len()), Some(4096));
     }
 
     #[test]

@@ -69,6 +69,9 @@ fn setup_one(root: &Path, uid: &str, pod: &Pod, v: &Volume, src: &Sources<'_>) -
         check_host_path(Path::new(&hp.path), hp.type_.as_deref().unwrap_or(""))?;
         return Ok(PathBuf::from(&hp.path));
     }
+    if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+        return claim_path(pod, v, src);
+    }
     let dir = pod_dir(root, uid).join("volumes").join(plugin_dir(v)).join(&v.name);
     if let Some(ed) = &v.empty_dir {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -172,7 +175,7 @@ fn setup_one(root: &Path, uid: &str, pod: &Pod, v: &Volume, src: &Sources<'_>) -
         }
         files = all;
     } else {
-        return Err("unsupported volume type (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected)".into());
+        return Err("unsupported volume type (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral)".into());
     }
     write_atomic(&dir, &files)?;
     Ok(dir)
@@ -367,6 +370,64 @@ pub fn teardown_pod_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// The claims a pod's volumes use: `persistentVolumeClaim` ones by name, generic
+/// ephemeral ones as `<pod>-<volume>` (the claim the ephemeral volume controller makes).
+pub fn claim_names(pod_name: &str, spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<String> {
+    spec.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{pod_name}-{}", v.name)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the pod mounts volume `name` from a claim it asked to use read-only.
+pub fn claim_read_only(pod: &Pod, name: &str) -> bool {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().any(|v| {
+        v.name == name && v.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false)
+    })
+}
+
+/// The host directory of a claim's bound volume. Only node-local volume types can be
+/// mounted here: `hostPath` (with its type check) and `local` (which must exist).
+fn claim_path(pod: &Pod, v: &Volume, src: &Sources<'_>) -> Result<PathBuf, String> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let name = match &v.persistent_volume_claim {
+        Some(c) => c.claim_name.clone(),
+        None => format!("{pod_name}-{}", v.name),
+    };
+    let Some(Some((claim, pv))) = src.objects.claims.get(&name) else {
+        return Err(format!("persistentvolumeclaim \"{name}\" not found"));
+    };
+    if v.ephemeral.is_some() {
+        let owner = claim.metadata.owner_references.iter().flatten().find(|r| r.controller == Some(true));
+        if owner.is_none_or(|r| Some(r.uid.as_str()) != pod.metadata.uid.as_deref()) {
+            return Err(format!("PVC {name} was not created for pod {pod_name} (pod is not owner)"));
+        }
+    }
+    let Some(pv) = pv else {
+        return Err(format!("persistentvolumeclaim \"{name}\" is not bound"));
+    };
+    let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
+    let spec = pv.spec.as_ref();
+    if let Some(hp) = spec.and_then(|s| s.host_path.as_ref()) {
+        check_host_path(Path::new(&hp.path), hp.type_.as_deref().unwrap_or(""))?;
+        return Ok(PathBuf::from(&hp.path));
+    }
+    if let Some(local) = spec.and_then(|s| s.local.as_ref()) {
+        let path = PathBuf::from(&local.path);
+        if !path.exists() {
+            return Err(format!("local volume {pv_name}: path {:?} does not exist", local.path));
+        }
+        return Ok(path);
+    }
+    Err(format!("persistentvolume {pv_name:?}: unsupported volume type (supported: hostPath, local)"))
+}
+
 fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
     let meta = std::fs::metadata(path);
@@ -453,5 +514,52 @@ mod tests {
         check_host_path(&f, "FileOrCreate").unwrap();
         check_host_path(&f, "File").unwrap();
         assert!(check_host_path(&tmp.path().join("none"), "Directory").is_err());
+    }
+
+    #[test]
+    fn claims_mount_their_bound_local_volumes() {
+        use serde_json::json;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid"},
+            "spec": {"containers": [], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": true}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "missing", "persistentVolumeClaim": {"claimName": "nope"}}]},
+        }))
+        .unwrap();
+        assert_eq!(claim_names("p", pod.spec.as_ref().unwrap()), vec!["data", "p-scratch", "nope"]);
+        assert!(claim_read_only(&pod, "data") && !claim_read_only(&pod, "scratch"));
+        let claim = |owner: &str| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "c", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner, "controller": true}]},
+                "spec": {"volumeName": "pv"}}))
+            .unwrap()
+        };
+        let host_pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv"},
+            "spec": {"hostPath": {"path": dir.display().to_string(), "type": "DirectoryOrCreate"}}}))
+        .unwrap();
+        let local_pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv"}, "spec": {"local": {"path": tmp.path().join("absent").display().to_string()}}}))
+        .unwrap();
+        let mut objects = PodObjects::default();
+        objects.claims.insert("data".into(), Some((claim("x"), Some(host_pv.clone()))));
+        objects.claims.insert("p-scratch".into(), Some((claim("someone-else"), Some(host_pv))));
+        objects.claims.insert("nope".into(), None);
+        let (tokens, node) = (HashMap::new(), NodeFacts::default());
+        let src = Sources { objects: &objects, tokens: &tokens, pod_ips: &[], node: &node };
+        let vols = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+        assert_eq!(claim_path(&pod, &vols[0], &src).unwrap(), dir);
+        assert!(dir.is_dir(), "DirectoryOrCreate made the directory");
+        assert!(claim_path(&pod, &vols[1], &src).unwrap_err().contains("pod is not owner"));
+        assert!(claim_path(&pod, &vols[2], &src).unwrap_err().contains("not found"));
+        objects.claims.insert("data".into(), Some((claim("x"), None)));
+        let src = Sources { objects: &objects, tokens: &tokens, pod_ips: &[], node: &node };
+        assert!(claim_path(&pod, &vols[0], &src).unwrap_err().contains("is not bound"));
+        objects.claims.insert("data".into(), Some((claim("x"), Some(local_pv))));
+        let src = Sources { objects: &objects, tokens: &tokens, pod_ips: &[], node: &node };
+        assert!(claim_path(&pod, &vols[0], &src).unwrap_err().contains("does not exist"));
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::framework::events;
 use crate::framework::labels::{Labels, Selector};
@@ -35,6 +36,8 @@ pub struct Cache {
     /// `namespace/name` → claim.
     pub pvcs: HashMap<String, Arc<PersistentVolumeClaim>>,
     pub pvs: HashMap<String, Arc<PersistentVolume>>,
+    /// StorageClasses by name (delayed binding and provisioning).
+    pub storage_classes: HashMap<String, Arc<StorageClass>>,
     /// `namespace/name` → budget.
     pub pdbs: HashMap<String, Arc<PodDisruptionBudget>>,
     /// Services' selectors, by `namespace/name`: (namespace, selector).

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -296,7 +297,7 @@ fn watch_controllers<K>(
 
 /// Starts every informer; the returned [`Synced`] resolves once each has listed.
 pub fn start(client: kube::Client, h: Handlers) -> Arc<Synced> {
-    let synced = Arc::new(Synced::new(10));
+    let synced = Arc::new(Synced::new(11));
     let spawn = |f: futures::future::BoxFuture<'static, ()>| {
         tokio::spawn(f);
     };
@@ -344,6 +345,13 @@ pub fn start(client: kube::Client, h: Handlers) -> Arc<Synced> {
         spawn(Box::pin(run_watch(Api::<PersistentVolume>::all(client.clone()), synced.clone(), move |c| {
             apply_map(&mut h.cache.lock().pvs, name_key, c);
             h.queue.move_for_event(events::PV);
+        })));
+    }
+    {
+        let h = h.clone();
+        spawn(Box::pin(run_watch(Api::<StorageClass>::all(client.clone()), synced.clone(), move |c| {
+            apply_map(&mut h.cache.lock().storage_classes, name_key, c);
+            h.queue.move_for_event(events::STORAGE_CLASS);
         })));
     }
     {

@@ -1,10 +1,12 @@
 //! Authentication: who sent a request (upstream's `pkg/authentication` and
 //! `pkg/kubeapiserver/authenticator`). [`Authenticator`] asks, in upstream's order:
 //!
-//! 1. [`x509`]: the TLS client certificate, verified against `--client-ca-file`;
-//! 2. bearer tokens: [`token_file`] (`--token-auth-file`), [`serviceaccount`] tokens
+//! 1. [`request_header`]: a front proxy's client certificate (`--requestheader-client-ca-file`)
+//!    and the user it names in `X-Remote-*` headers;
+//! 2. [`x509`]: the TLS client certificate, verified against `--client-ca-file`;
+//! 3. bearer tokens: [`token_file`] (`--token-auth-file`), [`serviceaccount`] tokens
 //!    (legacy, then bound), [`bootstrap_token`]s (`--enable-bootstrap-token-auth`);
-//! 3. anonymous (`--anonymous-auth`) when no credentials were presented.
+//! 4. anonymous (`--anonymous-auth`) when no credentials were presented.
 //!
 //! The first method that recognises its credentials decides. Credentials that are
 //! presented but fail (and none succeeds) are refused with 401 `Unauthorized`, never
@@ -22,6 +24,7 @@
 pub mod bootstrap_token;
 pub mod cache;
 pub mod options;
+pub mod request_header;
 pub mod reviews;
 pub mod serviceaccount;
 pub mod token_file;
@@ -95,6 +98,7 @@ impl Objects for Registry {
 
 /// The request authenticator chain (see the module documentation).
 pub struct Authenticator {
+    request_header: Option<request_header::RequestHeaderAuthenticator>,
     x509: Option<x509::ClientCertAuthenticator>,
     tokens: token_file::TokenFile,
     service_accounts: Option<serviceaccount::TokenAuthenticator>,
@@ -120,6 +124,12 @@ impl Authenticator {
         let tokens = token_file::TokenFile::load(opts.token_auth_file.as_deref())?;
         let x509 = match &opts.client_ca_file {
             Some(ca) => Some(x509::ClientCertAuthenticator::from_file(ca)?),
+            None => None,
+        };
+        let request_header = match &opts.request_header.requestheader_client_ca_file {
+            Some(ca) => {
+                Some(request_header::RequestHeaderAuthenticator::from_file(ca, opts.request_header.config())?)
+            }
             None => None,
         };
         let api_audiences = opts.api_audiences();
@@ -171,6 +181,7 @@ impl Authenticator {
         let bootstrap =
             opts.enable_bootstrap_token_auth.then(|| bootstrap_token::BootstrapTokens { objects });
         Ok(Authenticator {
+            request_header,
             x509,
             tokens,
             service_accounts,
@@ -187,6 +198,16 @@ impl Authenticator {
     /// are off.
     pub fn authenticate(&self, headers: &HeaderMap, conn: Option<&ConnectionInfo>) -> ApiResult<User> {
         let mut failures = Vec::new();
+        // The front proxy's word is judged per request (its headers change), never cached.
+        if let (Some(rh), Some(chain)) =
+            (&self.request_header, conn.and_then(|c| c.client_certificates.as_deref()))
+        {
+            match rh.authenticate(chain, headers) {
+                Verdict::Authenticated(a) => return Ok(with_authenticated_group(a.user)),
+                Verdict::NotMine => {}
+                Verdict::Rejected(e) => failures.push(e),
+            }
+        }
         if let (Some(x509), Some(chain)) = (&self.x509, conn.and_then(|c| c.client_certificates.as_deref())) {
             let key = cache::Cache::key("x509", &[], chain.iter().map(|c| c.as_ref()));
             let now = std::time::Instant::now();

@@ -62,6 +62,60 @@ pub struct Options {
     /// transition, ignoring value of service-account-max-token-expiration.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
     pub service_account_extend_token_expiration: bool,
+    #[command(flatten)]
+    pub request_header: RequestHeaderOptions,
+}
+
+/// The front-proxy flags (upstream's `RequestHeaderAuthenticationOptions`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RequestHeaderOptions {
+    /// Root certificate bundle to use to verify client certificates on incoming requests before trusting
+    /// usernames in headers specified by --requestheader-username-headers. WARNING: generally do not depend on
+    /// authorization being already done for incoming requests.
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// List of client certificate common names to allow to provide usernames in headers specified by
+    /// --requestheader-username-headers. If empty, any client certificate validated by the authorities in
+    /// --requestheader-client-ca-file is allowed.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// List of request headers to inspect for usernames. X-Remote-User is common.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+    /// List of request headers to inspect for groups. X-Remote-Group is suggested.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+    /// List of request header prefixes to inspect. X-Remote-Extra- is suggested.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+}
+
+impl RequestHeaderOptions {
+    pub fn config(&self) -> super::request_header::Config {
+        super::request_header::Config {
+            allowed_names: self.requestheader_allowed_names.clone(),
+            username_headers: self.requestheader_username_headers.clone(),
+            group_headers: self.requestheader_group_headers.clone(),
+            extra_headers_prefix: self.requestheader_extra_headers_prefix.clone(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        super::request_header::validate(&[
+            ("requestheader-username-headers", &self.requestheader_username_headers),
+            ("requestheader-group-headers", &self.requestheader_group_headers),
+            ("requestheader-extra-headers-prefix", &self.requestheader_extra_headers_prefix),
+            ("requestheader-allowed-names", &self.requestheader_allowed_names),
+        ])?;
+        if !self.requestheader_username_headers.is_empty()
+            && !self.requestheader_username_headers.iter().any(|h| h.eq_ignore_ascii_case("X-Remote-User"))
+        {
+            tracing::warn!(
+                "--requestheader-username-headers is set without specifying the standard X-Remote-User header - API aggregation will not work"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// `--service-account-max-token-expiration`, when set, lies in [1 h, 2^32 s].
@@ -82,6 +136,7 @@ impl Options {
     /// Unlike upstream, the TokenRequest flags may all be left out: the server then has
     /// no `serviceaccounts/token` and verifies no bound tokens.
     pub fn validate(&self) -> Result<(), String> {
+        self.request_header.validate()?;
         let mut errors = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for issuer in &self.service_account_issuers {
@@ -170,6 +225,23 @@ mod tests {
             .api_audiences(),
             vec!["x", "y"]
         );
+    }
+
+    #[test]
+    fn request_header_flags() {
+        let o = parse(&[
+            "--requestheader-client-ca-file=/fp.crt",
+            "--requestheader-allowed-names=front-proxy-client,other",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        ]);
+        let rh = &o.request_header;
+        assert_eq!(rh.requestheader_client_ca_file.as_deref(), Some(std::path::Path::new("/fp.crt")));
+        assert_eq!(rh.requestheader_allowed_names, ["front-proxy-client", "other"]);
+        assert_eq!(rh.config().extra_headers_prefix, ["X-Remote-Extra-"]);
+        assert!(o.validate().is_ok());
+        assert!(parse(&["--requestheader-group-headers=X-Remote-Group, "]).validate().is_err());
     }
 
     #[test]

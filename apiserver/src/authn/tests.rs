@@ -69,6 +69,7 @@ fn setup() -> Setup {
         service_account_max_token_expiration: std::time::Duration::ZERO,
         service_account_lookup: true,
         service_account_extend_token_expiration: true,
+        request_header: Default::default(),
     };
     Setup { _dir: dir, opts, ca }
 }

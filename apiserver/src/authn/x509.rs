@@ -45,7 +45,20 @@ pub struct RequestClientCert {
 
 impl RequestClientCert {
     pub fn from_file(ca_file: &Path) -> Result<Self, String> {
-        Ok(RequestClientCert { hints: load_roots(ca_file)?.subjects(), provider: provider() })
+        Self::from_files(&[ca_file])
+    }
+
+    /// Hints from several CA files (`--client-ca-file` and `--requestheader-client-ca-file`).
+    pub fn from_files(ca_files: &[&Path]) -> Result<Self, String> {
+        let mut hints = Vec::new();
+        for f in ca_files {
+            for h in load_roots(f)?.subjects() {
+                if !hints.iter().any(|x: &DistinguishedName| x.as_ref() == h.as_ref()) {
+                    hints.push(h);
+                }
+            }
+        }
+        Ok(RequestClientCert { hints, provider: provider() })
     }
 }
 

@@ -251,6 +251,22 @@ fn delete_options(q: &Query, body: &Option<Value>) -> ApiResult<DeleteOptions> {
     })
 }
 
+/// A verb the resource does not serve: upstream registers no route for it (405 with the
+/// router's message), except a watch, which its list handler refuses by name.
+pub(crate) fn unsupported_verb(res: &crate::registry::resource::ResourceInfo, verb: &str) -> ApiError {
+    if verb == "watch" {
+        let resource = if res.group.is_empty() {
+            res.plural.to_string()
+        } else {
+            format!("{}.{}", res.plural, res.group)
+        };
+        return ApiError::method_not_allowed(format!(
+            "watch is not supported on resources of kind {resource:?}"
+        ));
+    }
+    ApiError::method_not_allowed("the server does not allow this method on the requested resource")
+}
+
 fn is_dry_run(q: &Query, body: &Value) -> bool {
     q.get("dryRun").is_some_and(|v| v == "All")
         || body["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All"))
@@ -512,6 +528,10 @@ impl Api {
             && (info.name.is_some() || info.verb == "create" || info.verb == "deletecollection")
         {
             return Err(ApiError::no_route(req.uri().path()));
+        }
+        if info.subresource.is_none() && !store.res.info.serves(info.verb) {
+            discard_body(req.into_body());
+            return Err(unsupported_verb(&store.res.info, info.verb));
         }
         let output = codec::negotiate(req.headers())?;
         if let Some(sub) = info.subresource.clone() {

@@ -1,6 +1,7 @@
-//! Subresources: `status` (only status changes), `scale` (the replica count of workload
+//! Subresources: `status` (only status changes), a CSR's `approval`, `scale` (the replica count of workload
 //! resources, as an autoscaling/v1 Scale), `pods/binding` (the scheduler's placement),
-//! `namespaces/finalize` (the namespace controller's last step) and `serviceaccounts/token`
+//! `pods/eviction` ([`crate::eviction`]), `namespaces/finalize` (the namespace controller's
+//! last step) and `serviceaccounts/token`
 //! (the TokenRequest API, [`crate::authn::serviceaccount::token_request`]).
 
 use http::{Request, StatusCode};
@@ -29,28 +30,30 @@ pub async fn handle(
     let ns = info.namespace.as_deref();
     let name = info.name.clone().unwrap_or_default();
     match (sub, info.verb) {
-        ("status", "get") => {
+        // `status`, a CSR's `approval`, a pod's `ephemeralcontainers`: the object, of which
+        // the write changes only what the subresource may (see the resource's hooks).
+        ("status" | "approval" | "ephemeralcontainers", "get") => {
             let obj = store.get(ns, &name, rv_of(&q)?).await?;
             Ok(respond_with(StatusCode::OK, &obj, output, store, &q))
         }
-        ("status", "update") => {
+        ("status" | "approval" | "ephemeralcontainers", "update") => {
             let (headers, body) = body_of(req).await?;
             let obj = codec::decode(&headers, &body)?;
             let warnings = super::check_fields(&api.openapi, store, &q, &obj, &body).await?;
             let dry = super::dry_run(&q);
-            let fields = super::FieldsOf::new(&api.openapi, store, &q, &headers, Some("status")).await?;
+            let fields = super::FieldsOf::new(&api.openapi, store, &q, &headers, Some(sub)).await?;
             let record = |old: Option<&Value>, obj: &mut Value| fields.record(old, obj);
-            let (obj, _) = store.update(ns, &name, obj, Some("status"), dry, Some(&record)).await?;
+            let (obj, _) = store.update(ns, &name, obj, Some(sub), dry, Some(&record)).await?;
             Ok(super::with_warnings(respond_with(StatusCode::OK, &obj, output, store, &q), &warnings))
         }
-        ("status", "patch") => {
+        ("status" | "approval" | "ephemeralcontainers", "patch") => {
             let (headers, body) = body_of(req).await?;
             let patch = crate::patch::Patch::decode(&headers, &body)?;
             let manager = super::manager_of(&q, &headers)?;
             let (obj, warnings) = crate::patch::apply_patch(
                 store,
                 &api.openapi,
-                crate::patch::Target { ns, name: &name, subresource: Some("status") },
+                crate::patch::Target { ns, name: &name, subresource: Some(sub) },
                 patch,
                 &q,
                 &manager,
@@ -114,6 +117,15 @@ pub async fn handle(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        ("eviction", "create") => {
+            let (headers, body) = body_of(req).await?;
+            let eviction = codec::decode(&headers, &body)?;
+            let ns = ns.unwrap_or_default();
+            let status =
+                crate::eviction::evict(&api.registry, store, ns, &name, &eviction, super::dry_run(&q))
+                    .await?;
+            Ok(super::json_response(StatusCode::CREATED, &status))
         }
         // The TokenRequest API exists only with a signing key and issuer, as upstream.
         // (The body is read first: answering before it makes HTTP/2 clients drop the reply.)

@@ -406,7 +406,7 @@ pub fn resource_paths(info: &ResourceInfo, defs: &Definitions) -> Vec<PathItem> 
             o
         };
         let ops = match *sub {
-            "status" | "scale" | "ephemeralcontainers" | "resize" => vec![
+            "status" | "scale" | "ephemeralcontainers" | "resize" | "approval" => vec![
                 op(
                     "get",
                     format!("read{gv}{scope}{kind}{suffix}"),

@@ -5,7 +5,8 @@
 //!
 //! - [`pod`]: Pod, whose STATUS and RESTARTS cells carry most of the logic.
 //! - [`core_v1`]: the rest of the core group (Node, Service, Event, volumes, ...).
-//! - [`workloads`]: apps and batch (Deployment, StatefulSet, Job, CronJob, ...).
+//! - [`workloads`]: apps, batch and autoscaling (Deployment, StatefulSet, Job, CronJob,
+//!   HorizontalPodAutoscaler, ...).
 //! - [`groups`]: every other group (rbac, networking, storage, policy, ...).
 //! - [`format`]: helpers shared by the printers (label selectors, `<none>`, ages).
 //!
@@ -67,8 +68,11 @@ fn printer(kind: &str) -> Option<Printer> {
         "ControllerRevision" => p(workloads::CONTROLLER_REVISION, workloads::controller_revision),
         "Job" => p(workloads::JOB, workloads::job),
         "CronJob" => p(workloads::CRON_JOB, workloads::cron_job),
+        "HorizontalPodAutoscaler" => {
+            p(workloads::HORIZONTAL_POD_AUTOSCALER, workloads::horizontal_pod_autoscaler)
+        }
 
-        "Role" | "ClusterRole" => p(CREATED_AT, created_at),
+        "Role" | "ClusterRole" | "CSIStorageCapacity" => p(CREATED_AT, created_at),
         "RoleBinding" | "ClusterRoleBinding" => p(groups::ROLE_BINDING, groups::role_binding),
         "Lease" => p(groups::LEASE, groups::lease),
         "EndpointSlice" => p(groups::ENDPOINT_SLICE, groups::endpoint_slice),
@@ -216,6 +220,8 @@ mod tests {
             "ControllerRevision",
             "Job",
             "CronJob",
+            "HorizontalPodAutoscaler",
+            "CSIStorageCapacity",
             "Role",
             "ClusterRole",
             "RoleBinding",
@@ -250,7 +256,8 @@ mod tests {
                 let ok = match c.kind {
                     "integer" => v.is_i64(),
                     "boolean" => v.is_boolean() || (kind == "CronJob" && v.is_string()),
-                    _ => v.is_string(),
+                    // Upstream's HPA columns are all strings, MAXPODS and REPLICAS numbers.
+                    _ => v.is_string() || (kind == "HorizontalPodAutoscaler" && v.is_i64()),
                 };
                 assert!(ok, "{kind}: column {} ({}) got {v}", c.name, c.kind);
             }

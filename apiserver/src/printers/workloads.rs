@@ -378,3 +378,162 @@ mod tests {
         assert_eq!((&row[1], &row[2], &row[4]), (&json!("Etc/UTC"), &json!("True"), &json!("<none>")));
     }
 }
+
+pub static HORIZONTAL_POD_AUTOSCALER: &[Column] = &[
+    string(
+        "Reference",
+        "reference to scaled resource; horizontal pod autoscaler will learn the current resource consumption and will set the desired number of pods by using its Scale subresource.",
+    ),
+    string(
+        "Targets",
+        "metrics contains the specifications for which to use to calculate the desired replica count (the maximum replica count across all metrics will be used).",
+    ),
+    string(
+        "MinPods",
+        "minReplicas is the lower limit for the number of replicas to which the autoscaler can scale down.",
+    ),
+    string(
+        "MaxPods",
+        "maxReplicas is the upper limit for the number of replicas to which the autoscaler can scale up.",
+    ),
+    string(
+        "Replicas",
+        "currentReplicas is current number of replicas of pods managed by this autoscaler, as last seen by the autoscaler.",
+    ),
+    AGE,
+];
+
+/// Upstream prints both versions from its internal (v2-like) type: a v1 object is
+/// converted first. MAXPODS and REPLICAS are numbers in string columns, as upstream's.
+pub fn horizontal_pod_autoscaler(obj: &Value, now: i64) -> Vec<Value> {
+    let v2;
+    let obj = if obj["apiVersion"] == "autoscaling/v1" {
+        v2 = crate::registry::resources::autoscaling::conversion::v1_to_v2(obj.clone());
+        &v2
+    } else {
+        obj
+    };
+    let min = match obj.pointer("/spec/minReplicas").and_then(Value::as_i64) {
+        Some(m) => m.to_string(),
+        None => "<unset>".to_string(),
+    };
+    vec![
+        text(format!(
+            "{}/{}",
+            str_at(obj, "/spec/scaleTargetRef/kind"),
+            str_at(obj, "/spec/scaleTargetRef/name")
+        )),
+        text(hpa_metrics(arr_at(obj, "/spec/metrics"), arr_at(obj, "/status/currentMetrics"))),
+        text(min),
+        num(int_at(obj, "/spec/maxReplicas")),
+        num(int_at(obj, "/status/currentReplicas")),
+        age(obj, now),
+    ]
+}
+
+/// Upstream's `formatHPAMetrics` (1.30 and later: resource metrics named), at most two
+/// metrics and `+ N more...`.
+fn hpa_metrics(specs: &[Value], statuses: &[Value]) -> String {
+    if specs.is_empty() {
+        return "<none>".to_string();
+    }
+    const MAX: usize = 2;
+    let q = |v: &Value| {
+        crate::validation::canonical_quantity(&match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let unknown = || "<unknown>".to_string();
+    let list: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let status = statuses.get(i);
+            let current = |key: &str, field: &str| {
+                status.and_then(|s| s.get(key)).and_then(|s| s["current"].get(field)).filter(|v| !v.is_null())
+            };
+            match spec["type"].as_str().unwrap_or_default() {
+                kind @ ("External" | "Object") => {
+                    let key = if kind == "External" { "external" } else { "object" };
+                    let target = &spec[key]["target"];
+                    if !target["averageValue"].is_null() {
+                        let cur = current(key, "averageValue").map(q).unwrap_or_else(unknown);
+                        format!("{cur}/{} (avg)", q(&target["averageValue"]))
+                    } else {
+                        let cur = status
+                            .and_then(|s| s.get(key))
+                            .map(|s| q(&s["current"]["value"]))
+                            .unwrap_or_else(unknown);
+                        format!("{cur}/{}", q(&target["value"]))
+                    }
+                }
+                "Pods" => {
+                    let cur = status
+                        .and_then(|s| s.get("pods"))
+                        .map(|s| q(&s["current"]["averageValue"]))
+                        .unwrap_or_else(unknown);
+                    format!("{cur}/{}", q(&spec["pods"]["target"]["averageValue"]))
+                }
+                kind @ ("Resource" | "ContainerResource") => {
+                    let key = if kind == "Resource" { "resource" } else { "containerResource" };
+                    let src = &spec[key];
+                    let name = src["name"].as_str().unwrap_or_default();
+                    if !src["target"]["averageValue"].is_null() {
+                        let cur = status
+                            .and_then(|s| s.get(key))
+                            .map(|s| q(&s["current"]["averageValue"]))
+                            .unwrap_or_else(unknown);
+                        format!("{name}: {cur}/{}", q(&src["target"]["averageValue"]))
+                    } else {
+                        let cur = current(key, "averageUtilization")
+                            .map(|u| format!("{u}%"))
+                            .unwrap_or_else(unknown);
+                        let target = match src["target"]["averageUtilization"].as_i64() {
+                            Some(u) => format!("{u}%"),
+                            None => "<auto>".to_string(),
+                        };
+                        format!("{name}: {cur}/{target}")
+                    }
+                }
+                _ => "<unknown type>".to_string(),
+            }
+        })
+        .collect();
+    if list.len() > MAX {
+        format!("{} + {} more...", list[..MAX].join(", "), list.len() - MAX)
+    } else {
+        list.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod hpa_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn targets() {
+        let t1 = json!({ "apiVersion": "autoscaling/v2", "spec": { "scaleTargetRef": { "kind": "Deployment", "name": "web" }, "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{ "type": "Resource", "resource": { "name": "cpu", "target": { "type": "Utilization", "averageUtilization": 80 } } }] },
+            "status": { "currentReplicas": 2, "currentMetrics": [{ "type": "Resource", "resource": { "name": "cpu", "current": { "averageUtilization": 55 } } }] } });
+        let row = horizontal_pod_autoscaler(&t1, 0);
+        assert_eq!(
+            &row[..5],
+            &[json!("Deployment/web"), json!("cpu: 55%/80%"), json!("1"), json!(5), json!(2)]
+        );
+        let t2 = json!({ "spec": { "metrics": [
+            { "type": "Resource", "resource": { "name": "memory", "target": { "type": "AverageValue", "averageValue": "100Mi" } } },
+            { "type": "Pods", "pods": { "metric": { "name": "qps" }, "target": { "type": "AverageValue", "averageValue": "10" } } },
+            { "type": "External", "external": { "metric": { "name": "queue" }, "target": { "type": "AverageValue", "averageValue": "30" } } },
+        ] } });
+        assert_eq!(
+            horizontal_pod_autoscaler(&t2, 0)[1],
+            json!("memory: <unknown>/100Mi, <unknown>/10 + 1 more...")
+        );
+        let v1 = json!({ "apiVersion": "autoscaling/v1", "spec": { "scaleTargetRef": { "kind": "Deployment", "name": "web" }, "maxReplicas": 3 } });
+        assert_eq!(horizontal_pod_autoscaler(&v1, 0)[1], json!("cpu: <unknown>/80%"));
+        assert_eq!(horizontal_pod_autoscaler(&v1, 0)[2], json!("<unset>"));
+    }
+}

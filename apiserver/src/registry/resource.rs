@@ -24,6 +24,13 @@ pub struct ResourceInfo {
     pub subresources: &'static [&'static str],
     /// The etcd key segment under the prefix (`pods`, `minions`, `services/specs`).
     pub etcd_resource: &'static str,
+    /// The verbs served on the main resource (discovery lists them; others are answered
+    /// 405 MethodNotAllowed, as upstream's storages that lack an interface).
+    pub verbs: &'static [&'static str],
+    /// The group and version objects are stored as when not this one's (autoscaling/v1
+    /// HPAs are stored as autoscaling/v2, events.k8s.io/v1 Events as core/v1): what
+    /// discovery's `storageVersionHash` names.
+    pub storage_version: Option<(&'static str, &'static str)>,
 }
 
 impl ResourceInfo {
@@ -43,9 +50,40 @@ impl ResourceInfo {
         self.subresources.contains(&name)
     }
 
+    /// Every verb of a stored resource.
+    pub const ALL_VERBS: &'static [&'static str] =
+        &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
     /// The verbs discovery lists for the main resource.
     pub fn verbs(&self) -> &'static [&'static str] {
-        &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        self.verbs
+    }
+
+    pub fn serves(&self, verb: &str) -> bool {
+        self.verbs.contains(&verb)
+    }
+
+    /// Serves only `verbs` (namespaces have no `deletecollection`).
+    pub fn with_verbs(mut self, verbs: &'static [&'static str]) -> Self {
+        self.verbs = verbs;
+        self
+    }
+
+    /// Stored in another group/version's shape (see [`ResourceInfo::storage_version`]).
+    pub fn stored_as(mut self, group: &'static str, version: &'static str) -> Self {
+        self.storage_version = Some((group, version));
+        self
+    }
+
+    /// Upstream's `storageVersionHash`: the first 8 bytes of the SHA-256 of the stored
+    /// `<group>/<version>/<kind>`, base64. Clients (the storage version migrator) compare it
+    /// to notice a change of storage version.
+    pub fn storage_version_hash(&self) -> String {
+        use base64::Engine;
+        use sha2::{Digest, Sha256};
+        let (g, v) = self.storage_version.unwrap_or((self.group, self.version));
+        let digest = Sha256::digest(format!("{g}/{v}/{}", self.kind).as_bytes());
+        base64::engine::general_purpose::STANDARD.encode(&digest[..8])
     }
 }
 
@@ -70,6 +108,8 @@ pub fn info_of<K: k8s_openapi::Resource>(
         namespaced,
         subresources,
         etcd_resource,
+        verbs: ResourceInfo::ALL_VERBS,
+        storage_version: None,
     }
 }
 
@@ -94,9 +134,15 @@ pub trait Hooks: Send + Sync + 'static {
         }
     }
 
-    /// For the status subresource: keeps everything but status from the stored object.
+    /// For the status subresource: keeps the stored spec whatever the request carries
+    /// (upstream's status strategies; most, as here, let the request's metadata through).
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
-        keep_status_only(new, old);
+        keep_spec(new, old);
+    }
+
+    /// For another writable subresource (a CSR's `approval`): what the write may change.
+    fn prepare_for_subresource_update(&self, _subresource: &str, new: &mut Value, old: &Value) {
+        keep_spec(new, old);
     }
 
     /// Errors in a new object.
@@ -104,8 +150,20 @@ pub trait Hooks: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Errors only a new object can have (what may be set later but not at creation),
+    /// beside `validate`'s.
+    fn validate_create(&self, _obj: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
     /// Errors in an update (immutable fields and the like), beside `validate`'s.
     fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Errors in a write through a subresource (`status`, `approval`), beside
+    /// `validate`'s and `validate_update`'s: what that subresource may not change.
+    fn validate_subresource_update(&self, _subresource: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
         Vec::new()
     }
 
@@ -240,22 +298,57 @@ impl Hooks for Plain {
     }
 }
 
-/// The stored object with `new`'s status (and resourceVersion, for the precondition):
-/// what a status-subresource write may change, for resources whose upstream status
-/// strategy keeps labels and annotations from the stored object.
-pub fn keep_status_only(new: &mut Value, old: &Value) {
-    let status = new.get("status").cloned();
-    let mut merged = old.clone();
-    match status {
-        Some(s) => {
-            merged["status"] = s;
+/// The top-level fields that are neither metadata nor status: the spec, for kinds that
+/// keep theirs at the top (PersistentVolume's `spec`, but also a CSR's or a Lease's).
+fn is_spec_field(key: &str) -> bool {
+    !matches!(key, "metadata" | "status" | "apiVersion" | "kind")
+}
+
+/// What a status write keeps of the stored object in upstream's usual status strategy
+/// (`newObj.Spec = oldObj.Spec`): every field but metadata and status comes from `old`.
+pub fn keep_spec(new: &mut Value, old: &Value) {
+    let Some(o) = new.as_object_mut() else { return };
+    o.retain(|k, _| !is_spec_field(k));
+    for (k, v) in old.as_object().into_iter().flatten() {
+        if is_spec_field(k) {
+            o.insert(k.clone(), v.clone());
         }
-        None => {
-            if let Some(o) = merged.as_object_mut() {
-                o.remove("status");
+    }
+}
+
+/// Upstream's `metav1.ResetObjectMetaForStatus`, for the status strategies of the newer
+/// kinds (VolumeAttachment): labels, annotations, finalizers, owner references (and the
+/// deletion timestamp and generation) stay as stored.
+pub fn reset_meta_for_status(new: &mut Value, old: &Value) {
+    for f in ["deletionTimestamp", "generation", "labels", "annotations", "finalizers", "ownerReferences"] {
+        copy_meta_field(new, old, f);
+    }
+}
+
+/// Copies `metadata.<field>` of `from` into `to` (or removes it from `to`).
+pub fn copy_meta_field(to: &mut Value, from: &Value, field: &str) {
+    if !to["metadata"].is_object() {
+        return;
+    }
+    copy_field(&mut to["metadata"], &from["metadata"], field);
+}
+
+/// A status write that changes nothing but status: all metadata stays as stored but the
+/// request's `managedFields` (which record the write) and resourceVersion (its
+/// precondition), as the flow-control kinds' status strategies.
+pub fn keep_all_but_status(new: &mut Value, old: &Value) {
+    let managed = new["metadata"].get("managedFields").cloned();
+    let rv = new["metadata"].get("resourceVersion").cloned();
+    keep_spec(new, old);
+    new["metadata"] = old["metadata"].clone();
+    for (f, v) in [("managedFields", managed), ("resourceVersion", rv)] {
+        match v {
+            Some(v) => new["metadata"][f] = v,
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(f);
+                }
             }
         }
     }
-    merged["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"].clone();
-    *new = merged;
 }

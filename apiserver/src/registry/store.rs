@@ -192,13 +192,15 @@ fn finalizers(obj: &Value) -> Vec<String> {
 
 /// What is stored: the object without its resourceVersion (etcd's revision is the truth),
 /// in the storage shape (`Hooks::served_to_stored`, for resources stored in another version's
-/// shape).
-fn storable(hooks: &dyn super::resource::Hooks, obj: &Value) -> ApiResult<Vec<u8>> {
-    let mut o = hooks.served_to_stored(obj.clone());
+/// shape); and the object as it reads back from there, which is what a write answers with
+/// (a v1 HPA written without a CPU target reads back with the implicit one).
+fn storable(hooks: &dyn super::resource::Hooks, obj: Value) -> ApiResult<(Vec<u8>, Value)> {
+    let mut o = hooks.served_to_stored(obj);
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    serde_json::to_vec(&o).map_err(|e| ApiError::internal(e.to_string()))
+    let bytes = serde_json::to_vec(&o).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((bytes, hooks.stored_to_served(o)))
 }
 
 impl Store {
@@ -460,6 +462,7 @@ impl Store {
         self.res.hooks.default(&mut obj);
         let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
         errs.extend(self.res.hooks.validate(&obj));
+        errs.extend(self.res.hooks.validate_create(&obj));
         if !errs.is_empty() {
             return Err(self.invalid(name_of(&obj), &errs));
         }
@@ -470,7 +473,7 @@ impl Store {
     pub async fn insert(&self, obj: Value) -> ApiResult<Value> {
         let name = name_of(&obj).to_string();
         let ns = meta(&obj)["namespace"].as_str().map(str::to_string);
-        let bytes = storable(&*self.res.hooks, &obj)?;
+        let (bytes, obj) = storable(&*self.res.hooks, obj)?;
         let rev = self
             .etcd
             .create(&self.key(ns.as_deref(), &name), bytes)
@@ -532,7 +535,8 @@ impl Store {
         }
         match subresource {
             Some("status") => self.res.hooks.prepare_for_status_update(&mut new, old),
-            _ => self.res.hooks.prepare_for_update(&mut new, old),
+            Some(sub) => self.res.hooks.prepare_for_subresource_update(sub, &mut new, old),
+            None => self.res.hooks.prepare_for_update(&mut new, old),
         }
         self.res.hooks.default(&mut new);
         if self.res.hooks.tracks_generation() && new.get("spec") != old.get("spec") {
@@ -543,6 +547,9 @@ impl Store {
         errs.extend(validation::object_meta_update(&new, old));
         errs.extend(self.res.hooks.validate(&new));
         errs.extend(self.res.hooks.validate_update(&new, old));
+        if let Some(sub) = subresource {
+            errs.extend(self.res.hooks.validate_subresource_update(sub, &new, old));
+        }
         if !errs.is_empty() {
             return Err(self.invalid(&name, &errs));
         }
@@ -639,9 +646,15 @@ impl Store {
             self.res.hooks.default(&mut obj);
             let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
             errs.extend(self.res.hooks.validate(&obj));
+            if op == Operation::Create {
+                errs.extend(self.res.hooks.validate_create(&obj));
+            }
             if let Some(old) = old {
                 errs.extend(validation::object_meta_update(&obj, old));
                 errs.extend(self.res.hooks.validate_update(&obj, old));
+                if let Some(sub) = subresource {
+                    errs.extend(self.res.hooks.validate_subresource_update(sub, &obj, old));
+                }
             }
             if !errs.is_empty() {
                 return Err(self.invalid(&name, &errs));
@@ -661,7 +674,7 @@ impl Store {
                 self.etcd.delete(&self.key(ns, name), rev).await.map_err(|e| self.storage_error(name, e))?;
             return Ok(with_rv(new, drev));
         }
-        let bytes = storable(&*self.res.hooks, &new)?;
+        let (bytes, new) = storable(&*self.res.hooks, new)?;
         let r = self
             .etcd
             .update(&self.key(ns, name), bytes, rev)
@@ -797,7 +810,7 @@ impl Store {
             if opts.dry_run {
                 return Ok(Deleted::Pending(obj));
             }
-            let bytes = storable(&*self.res.hooks, &obj)?;
+            let (bytes, obj) = storable(&*self.res.hooks, obj)?;
             match self.etcd.update(&self.key(ns, name), bytes, rev).await {
                 Ok(r) => return Ok(Deleted::Pending(with_rv(obj, r))),
                 Err(StorageError::Conflict { .. }) => continue,

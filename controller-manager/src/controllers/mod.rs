@@ -2,19 +2,28 @@
 //! canonical names (`replicaset-controller`) with their older aliases (`replicaset`).
 
 pub mod clusterrole_aggregation;
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod ephemeral_volume;
 pub mod garbagecollector;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod replicaset;
+pub mod replicationcontroller;
 pub mod resourcequota;
 pub mod root_ca_publisher;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod taint_eviction;
+pub mod ttl_after_finished;
 
 use crate::controller::{Context, Error};
 
@@ -32,15 +41,37 @@ const ALL: &[(&str, &str, &str, Starter)] = &[
         "clusterrole-aggregation-controller",
         clusterrole_aggregation::start,
     ),
+    ("cronjob-controller", "cronjob", "cronjob-controller", cronjob::start),
+    ("daemonset-controller", "daemonset", "daemon-set-controller", daemonset::start),
     ("deployment-controller", "deployment", "deployment-controller", deployment::start),
+    ("disruption-controller", "disruption", "disruption-controller", disruption::start),
     ("endpoints-controller", "endpoint", "endpoint-controller", endpoints::start),
     ("endpointslice-controller", "endpointslice", "endpointslice-controller", endpointslice::start),
+    (
+        "ephemeral-volume-controller",
+        "ephemeral-volume",
+        "ephemeral-volume-controller",
+        ephemeral_volume::start,
+    ),
     (GARBAGE_COLLECTOR, "garbagecollector", "generic-garbage-collector", garbagecollector::start),
+    ("job-controller", "job", "job-controller", job::start),
     ("namespace-controller", "namespace", "namespace-controller", namespace::start),
     ("node-ipam-controller", "nodeipam", "node-controller", nodeipam::start),
     ("node-lifecycle-controller", "nodelifecycle", "node-controller", nodelifecycle::start),
+    (
+        "persistentvolume-binder-controller",
+        "persistentvolume-binder",
+        "persistent-volume-binder",
+        persistentvolume::start,
+    ),
     ("pod-garbage-collector-controller", "podgc", "pod-garbage-collector", podgc::start),
     ("replicaset-controller", "replicaset", "replicaset-controller", replicaset::start),
+    (
+        "replicationcontroller-controller",
+        "replicationcontroller",
+        "replication-controller",
+        replicationcontroller::start,
+    ),
     ("resourcequota-controller", "resourcequota", "resourcequota-controller", resourcequota::start),
     (
         "root-ca-certificate-publisher-controller",
@@ -49,8 +80,15 @@ const ALL: &[(&str, &str, &str, Starter)] = &[
         root_ca_publisher::start,
     ),
     ("serviceaccount-controller", "serviceaccount", "service-account-controller", serviceaccount::start),
+    ("statefulset-controller", "statefulset", "statefulset-controller", statefulset::start),
     // No role of its own upstream either: it acts with node-controller's.
     ("taint-eviction-controller", "taint-eviction-controller", "node-controller", taint_eviction::start),
+    (
+        "ttl-after-finished-controller",
+        "ttl-after-finished",
+        "ttl-after-finished-controller",
+        ttl_after_finished::start,
+    ),
 ];
 
 /// The service account a controller acts as under `--use-service-account-credentials`.

@@ -1,6 +1,9 @@
 //! The ReplicaSet controller (upstream `pkg/controller/replicaset`): keeps `spec.replicas`
 //! active pods matching each ReplicaSet, adopting orphans and releasing pods that stopped
 //! matching, and reports counts and the `ReplicaFailure` condition in its status.
+//!
+//! The same controller runs ReplicationControllers (as upstream, which adapts them to
+//! ReplicaSets): what it needs of its owner type is the [`ReplicaOwner`] trait.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -8,11 +11,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -26,26 +30,111 @@ use crate::owners;
 use crate::podutil;
 use crate::workqueue::Queue;
 
-const COMPONENT: &str = "replicaset-controller";
 /// Upstream's `burstReplicas`: at most this many creates or deletes per sync.
 const BURST_REPLICAS: usize = 500;
 /// Upstream's `SlowStartInitialBatchSize`.
 const SLOW_START_INITIAL_BATCH: usize = 1;
 const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-struct Controller {
+/// What the controller needs of the objects it keeps replicas for.
+pub(crate) trait ReplicaOwner:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The events' source component.
+    const COMPONENT: &'static str;
+    /// The work queue's name (its `workqueue_*` metrics label).
+    const QUEUE: &'static str;
+    fn replicas(&self) -> i32;
+    /// The selector as written; [`selector_of`] makes an empty one select nothing.
+    fn selector(&self) -> Selector;
+    fn template(&self) -> Option<PodTemplateSpec>;
+    fn min_ready_seconds(&self) -> i32;
+    fn replica_status(&self) -> ReplicaSetStatus;
+    fn set_replica_status(&mut self, status: ReplicaSetStatus);
+}
+
+impl ReplicaOwner for ReplicaSet {
+    const COMPONENT: &'static str = "replicaset-controller";
+    const QUEUE: &'static str = "replicaset";
+    fn replicas(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+    fn selector(&self) -> Selector {
+        Selector::from_label_selector(self.spec.as_ref().map(|s| &s.selector))
+    }
+    fn template(&self) -> Option<PodTemplateSpec> {
+        self.spec.as_ref().and_then(|s| s.template.clone())
+    }
+    fn min_ready_seconds(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
+    }
+    fn replica_status(&self) -> ReplicaSetStatus {
+        self.status.clone().unwrap_or_default()
+    }
+    fn set_replica_status(&mut self, status: ReplicaSetStatus) {
+        self.status = Some(status);
+    }
+}
+
+/// ReplicationControllers select with a plain label map and have the same status fields.
+impl ReplicaOwner for ReplicationController {
+    const COMPONENT: &'static str = "replication-controller";
+    const QUEUE: &'static str = "replicationmanager";
+    fn replicas(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+    fn selector(&self) -> Selector {
+        let labels = self.spec.as_ref().and_then(|s| s.selector.clone());
+        let sel = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+            match_labels: labels,
+            match_expressions: None,
+        };
+        Selector::from_label_selector(Some(&sel))
+    }
+    fn template(&self) -> Option<PodTemplateSpec> {
+        self.spec.as_ref().and_then(|s| s.template.clone())
+    }
+    fn min_ready_seconds(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
+    }
+    fn replica_status(&self) -> ReplicaSetStatus {
+        // Same field names and shapes: a serde round trip is the adapter.
+        self.status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+    fn set_replica_status(&mut self, status: ReplicaSetStatus) {
+        self.status = serde_json::to_value(status).ok().and_then(|v| serde_json::from_value(v).ok());
+    }
+}
+
+struct Controller<K> {
     client: kube::Client,
     ctx: Context,
-    rss: Arc<Informer<ReplicaSet>>,
+    rss: Arc<Informer<K>>,
     pods: Arc<Informer<Pod>>,
     queue: Arc<Queue>,
     expectations: Arc<Expectations>,
 }
 
 pub fn start(ctx: &Context) -> Result<(), Error> {
-    let rss = ctx.informers.get::<ReplicaSet>();
+    start_for::<ReplicaSet>(ctx, ctx.options.concurrent_replicaset_syncs)
+}
+
+/// Starts the controller for one owner type with `workers` workers.
+pub(crate) fn start_for<K: ReplicaOwner>(ctx: &Context, workers: usize) -> Result<(), Error> {
+    let rss = ctx.informers.get::<K>();
     let pods = ctx.informers.get::<Pod>();
-    let queue = ctx.queue("replicaset");
+    let queue = ctx.queue(K::QUEUE);
     let expectations = Arc::new(Expectations::default());
     {
         let (queue, expectations) = (queue.clone(), expectations.clone());
@@ -53,7 +142,7 @@ pub fn start(ctx: &Context) -> Result<(), Error> {
             Event::Add(rs) => queue.add(key_of(&***rs)),
             Event::Update(old, new) => {
                 // A new object under the same name: the old one's expectations are moot.
-                if old.metadata.uid != new.metadata.uid {
+                if old.meta().uid != new.meta().uid {
                     expectations.delete(&key_of(&***old));
                 }
                 queue.add(key_of(&***new));
@@ -77,7 +166,7 @@ pub fn start(ctx: &Context) -> Result<(), Error> {
         queue: queue.clone(),
         expectations,
     });
-    controller::run_workers(ctx, queue, ctx.options.concurrent_replicaset_syncs, move |key| {
+    controller::run_workers(ctx, queue, workers, move |key| {
         let ctrl = ctrl.clone();
         async move { ctrl.sync(&key).await }
     });
@@ -85,34 +174,33 @@ pub fn start(ctx: &Context) -> Result<(), Error> {
 }
 
 /// The ReplicaSet a controller reference points at, if it is still the same object.
-fn resolve_controller(
-    rss: &Informer<ReplicaSet>,
+fn resolve_controller<K: ReplicaOwner>(
+    rss: &Informer<K>,
     namespace: &str,
     r: &OwnerReference,
-) -> Option<Arc<ReplicaSet>> {
-    if r.kind != "ReplicaSet" {
+) -> Option<Arc<K>> {
+    if r.kind != K::kind(&()) {
         return None;
     }
     let rs = rss.get_namespaced(namespace, &r.name)?;
-    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(rs)
+    (rs.meta().uid.as_deref() == Some(r.uid.as_str())).then_some(rs)
 }
 
 /// The ReplicaSets of the pod's namespace whose selector matches it (adoption candidates).
-fn matching_replicasets(rss: &Informer<ReplicaSet>, pod: &Pod) -> Vec<Arc<ReplicaSet>> {
+fn matching_replicasets<K: ReplicaOwner>(rss: &Informer<K>, pod: &Pod) -> Vec<Arc<K>> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    rss.list_namespace(ns).into_iter().filter(|rs| selector_of(rs).matches(&labels)).collect()
+    rss.list_namespace(ns).into_iter().filter(|rs| selector_of(&**rs).matches(&labels)).collect()
 }
 
 /// A ReplicaSet's selector; an empty one selects nothing, as upstream's controllers refuse
 /// to fight over every pod of a namespace.
-fn selector_of(rs: &ReplicaSet) -> Selector {
-    let sel = rs.spec.as_ref().map(|s| &s.selector);
-    let parsed = Selector::from_label_selector(sel);
+fn selector_of<K: ReplicaOwner>(rs: &K) -> Selector {
+    let parsed = rs.selector();
     if parsed.is_empty() { Selector::nothing() } else { parsed }
 }
 
-fn pod_event(rss: &Informer<ReplicaSet>, queue: &Queue, exp: &Expectations, ev: &Event<'_, Pod>) {
+fn pod_event<K: ReplicaOwner>(rss: &Informer<K>, queue: &Queue, exp: &Expectations, ev: &Event<'_, Pod>) {
     match ev {
         Event::Add(pod) => {
             if pod.metadata.deletion_timestamp.is_some() {
@@ -172,7 +260,7 @@ fn pod_event(rss: &Informer<ReplicaSet>, queue: &Queue, exp: &Expectations, ev: 
     }
 }
 
-fn pod_deleted(rss: &Informer<ReplicaSet>, queue: &Queue, exp: &Expectations, pod: &Pod) {
+fn pod_deleted<K: ReplicaOwner>(rss: &Informer<K>, queue: &Queue, exp: &Expectations, pod: &Pod) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let Some(r) = owners::controller_of(&pod.metadata) else { return };
     let Some(rs) = resolve_controller(rss, ns, r) else { return };
@@ -181,7 +269,7 @@ fn pod_deleted(rss: &Informer<ReplicaSet>, queue: &Queue, exp: &Expectations, po
     queue.add(key);
 }
 
-impl Controller {
+impl<K: ReplicaOwner> Controller<K> {
     async fn sync(&self, key: &str) -> Result<(), Error> {
         let (ns, _) = split_key(key);
         let Some(rs) = self.rss.get(key) else {
@@ -189,19 +277,19 @@ impl Controller {
             return Ok(());
         };
         let needs_sync = self.expectations.satisfied(key);
-        let selector = selector_of(&rs);
+        let selector = selector_of(&*rs);
         let active: Vec<Arc<Pod>> =
             self.pods.list_namespace(ns).into_iter().filter(|p| podutil::is_active(p)).collect();
         let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
+        let rs_api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let owned = claim(&pods_api, &rs_api, &*rs, &selector, active).await?;
 
         let mut manage_err = None;
-        if needs_sync && rs.metadata.deletion_timestamp.is_none() {
+        if needs_sync && rs.meta().deletion_timestamp.is_none() {
             manage_err = self.manage_replicas(&rs, key, &owned).await.err();
         }
         let now = Timestamp::now();
-        let status = calculate_status(&rs, &owned, manage_err.as_ref(), now);
+        let status = calculate_status(&*rs, &owned, manage_err.as_ref(), now);
         let updated = update_status(&rs_api, &rs, status).await?;
 
         let min_ready = min_ready_of(&updated);
@@ -218,13 +306,13 @@ impl Controller {
         }
     }
 
-    async fn manage_replicas(&self, rs: &ReplicaSet, key: &str, owned: &[Arc<Pod>]) -> Result<(), Error> {
-        let want = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
-        let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
+    async fn manage_replicas(&self, rs: &K, key: &str, owned: &[Arc<Pod>]) -> Result<(), Error> {
+        let want = rs.replicas().max(0) as usize;
+        let ns = rs.meta().namespace.as_deref().unwrap_or_default();
         let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         if owned.len() < want {
             let diff = (want - owned.len()).min(BURST_REPLICAS);
-            let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+            let template = rs.template().unwrap_or_default();
             let pod = pod_from_template(&template, rs)?;
             // Raised before any create so the informer's adds cannot race past them.
             self.expectations.expect_creations(key, diff);
@@ -251,7 +339,7 @@ impl Controller {
                     match api.delete(&name, &DeleteParams::default()).await {
                         Ok(_) => {
                             self.ctx.recorder.event(
-                                COMPONENT,
+                                K::COMPONENT,
                                 rs,
                                 Type::Normal,
                                 "SuccessfulDelete",
@@ -266,7 +354,7 @@ impl Controller {
                                 return Ok(());
                             }
                             self.ctx.recorder.event(
-                                COMPONENT,
+                                K::COMPONENT,
                                 rs,
                                 Type::Warning,
                                 "FailedDelete",
@@ -283,12 +371,12 @@ impl Controller {
         Ok(())
     }
 
-    async fn create_pod(&self, api: &Api<Pod>, rs: &ReplicaSet, pod: &Pod) -> Result<(), Error> {
+    async fn create_pod(&self, api: &Api<Pod>, rs: &K, pod: &Pod) -> Result<(), Error> {
         match api.create(&PostParams::default(), pod).await {
             Ok(created) => {
                 let name = created.metadata.name.unwrap_or_default();
                 self.ctx.recorder.event(
-                    COMPONENT,
+                    K::COMPONENT,
                     rs,
                     Type::Normal,
                     "SuccessfulCreate",
@@ -301,7 +389,7 @@ impl Controller {
             Err(err) if controller::is_namespace_terminating(&err) => Ok(()),
             Err(err) => {
                 self.ctx.recorder.event(
-                    COMPONENT,
+                    K::COMPONENT,
                     rs,
                     Type::Warning,
                     "FailedCreate",
@@ -314,14 +402,14 @@ impl Controller {
 
     /// Pods controlled by this ReplicaSet or its siblings (ReplicaSets with the same
     /// controller): upstream ranks a victim higher when its node also runs these.
-    fn related_pods(&self, rs: &ReplicaSet) -> Vec<Arc<Pod>> {
-        let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-        let own_uid = rs.metadata.uid.clone().unwrap_or_default();
+    fn related_pods(&self, rs: &K) -> Vec<Arc<Pod>> {
+        let ns = rs.meta().namespace.as_deref().unwrap_or_default();
+        let own_uid = rs.meta().uid.clone().unwrap_or_default();
         let mut uids = vec![own_uid];
-        if let Some(parent) = owners::controller_of(&rs.metadata) {
+        if let Some(parent) = owners::controller_of(rs.meta()) {
             for sibling in self.rss.list_namespace(ns) {
-                if owners::is_controlled_by(&sibling.metadata, &parent.uid)
-                    && let Some(uid) = &sibling.metadata.uid
+                if owners::is_controlled_by(sibling.meta(), &parent.uid)
+                    && let Some(uid) = &sibling.meta().uid
                 {
                     uids.push(uid.clone());
                 }
@@ -335,8 +423,8 @@ impl Controller {
     }
 }
 
-fn min_ready_of(rs: &ReplicaSet) -> Duration {
-    let secs = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
+fn min_ready_of<K: ReplicaOwner>(rs: &K) -> Duration {
+    let secs = rs.min_ready_seconds();
     Duration::from_secs(secs.max(0) as u64)
 }
 
@@ -457,6 +545,23 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     O: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    claim_adopting_with_finalizer(api, owner_api, owner, selector, candidates, None).await
+}
+
+/// [`claim`], adding `finalizer` to what it adopts in the same patch (the Job
+/// controller's tracking finalizer: an adopted pod must be tracked from then on).
+pub(crate) async fn claim_adopting_with_finalizer<K, O>(
+    api: &Api<K>,
+    owner_api: &Api<O>,
+    owner: &O,
+    selector: &Selector,
+    candidates: Vec<Arc<K>>,
+    finalizer: Option<&str>,
+) -> Result<Vec<Arc<K>>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let owner_meta = owner.meta();
     let owner_uid = owner_meta.uid.clone().unwrap_or_default();
     let deleting = owner_meta.deletion_timestamp.is_some();
@@ -491,7 +596,7 @@ where
                     )));
                     continue;
                 }
-                match adopt(api, &owners::controller_ref(owner), obj.meta()).await {
+                match adopt(api, &owners::controller_ref(owner), obj.meta(), finalizer).await {
                     Ok(Some(adopted)) => owned.push(Arc::new(adopted)),
                     Ok(None) => {}
                     Err(err) => errors.push(err),
@@ -507,11 +612,20 @@ where
 
 /// Adds `owner_ref` to the object, guarded by its UID (a recreated object of the same
 /// name is not adopted). `None` when the object is gone.
-async fn adopt<K>(api: &Api<K>, owner_ref: &OwnerReference, meta: &ObjectMeta) -> Result<Option<K>, Error>
+async fn adopt<K>(
+    api: &Api<K>,
+    owner_ref: &OwnerReference,
+    meta: &ObjectMeta,
+    finalizer: Option<&str>,
+) -> Result<Option<K>, Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let patch = json!({"metadata": {"ownerReferences": [owner_ref], "uid": meta.uid}});
+    let mut patch = json!({"metadata": {"ownerReferences": [owner_ref], "uid": meta.uid}});
+    if let Some(f) = finalizer {
+        // `finalizers` merges as a set of strings: this adds without dropping others'.
+        patch["metadata"]["finalizers"] = json!([f]);
+    }
     let name = meta.name.clone().unwrap_or_default();
     match api.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(obj) => Ok(Some(obj)),
@@ -634,19 +748,14 @@ fn labels_superset(have: &Labels, want: &BTreeMap<String, String>) -> bool {
 }
 
 /// The status upstream's `calculateStatus` derives from the owned active pods.
-pub(crate) fn calculate_status(
-    rs: &ReplicaSet,
+pub(crate) fn calculate_status<K: ReplicaOwner>(
+    rs: &K,
     owned: &[Arc<Pod>],
     manage_err: Option<&Error>,
     now: Timestamp,
 ) -> ReplicaSetStatus {
-    let mut status = rs.status.clone().unwrap_or_default();
-    let template_labels = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.as_ref())
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone());
+    let mut status = rs.replica_status();
+    let template_labels = rs.template().and_then(|t| t.metadata).and_then(|m| m.labels);
     let template_labels = template_labels.unwrap_or_default();
     let min_ready = min_ready_of(rs);
     let mut fully_labeled = 0;
@@ -667,7 +776,7 @@ pub(crate) fn calculate_status(
     let has_failure = conditions.iter().any(|c| c.type_ == "ReplicaFailure");
     match manage_err {
         Some(err) if !has_failure => {
-            let want = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
+            let want = rs.replicas().max(0) as usize;
             let reason = if owned.len() < want { "FailedCreate" } else { "FailedDelete" };
             conditions.push(ReplicaSetCondition {
                 type_: "ReplicaFailure".into(),
@@ -686,7 +795,7 @@ pub(crate) fn calculate_status(
     status.fully_labeled_replicas = nonzero(fully_labeled);
     status.ready_replicas = nonzero(ready);
     status.available_replicas = nonzero(available);
-    status.observed_generation = rs.metadata.generation;
+    status.observed_generation = rs.meta().generation;
     status.conditions = (!conditions.is_empty()).then_some(conditions);
     status
 }
@@ -703,18 +812,14 @@ fn status_equal(a: &ReplicaSetStatus, b: &ReplicaSetStatus) -> bool {
 
 /// Writes `status` through the status subresource unless it is unchanged; on a conflict
 /// re-reads once and retries, as upstream.
-async fn update_status(
-    api: &Api<ReplicaSet>,
-    rs: &ReplicaSet,
-    status: ReplicaSetStatus,
-) -> Result<ReplicaSet, Error> {
-    if status_equal(rs.status.as_ref().unwrap_or(&ReplicaSetStatus::default()), &status) {
+async fn update_status<K: ReplicaOwner>(api: &Api<K>, rs: &K, status: ReplicaSetStatus) -> Result<K, Error> {
+    if status_equal(&rs.replica_status(), &status) {
         return Ok(rs.clone());
     }
-    let name = rs.metadata.name.clone().unwrap_or_default();
+    let name = rs.meta().name.clone().unwrap_or_default();
     let mut current = rs.clone();
     for attempt in 0..2 {
-        current.status = Some(status.clone());
+        current.set_replica_status(status.clone());
         match api.replace_status(&name, &PostParams::default(), &current).await {
             Ok(updated) => return Ok(updated),
             Err(err) if attempt == 0 && controller::api_code(&err) == Some(409) => {

@@ -37,18 +37,25 @@ struct Informers {
 /// How long a live count of `count/<resource>.<group>` is reused.
 const COUNT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Re-checks every quota of the namespace an object changed in.
+/// Re-checks every quota of the namespace when an object's usage may have gone down
+/// (upstream's replenishment): on deletes, and on updates `released` says released usage.
+/// Creations are not recounted: admission charged them already, and a recount from an
+/// informer that has not seen the new object yet would write the usage back down and let
+/// the next create past the limit.
 fn on_change<K>(
     informer: &Informer<K>,
     quotas: &Arc<Informer<ResourceQuota>>,
     queue: &Arc<crate::workqueue::Queue>,
+    released: fn(&K, &K) -> bool,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (quotas, queue) = (Arc::downgrade(quotas), queue.clone());
     informer.add_handler(move |e| {
         let obj = match e {
-            Event::Add(o) | Event::Update(_, o) | Event::Delete(o) => o,
+            Event::Add(_) => return,
+            Event::Update(old, new) if !released(old, new) => return,
+            Event::Update(_, o) | Event::Delete(o) => o,
         };
         let Some(quotas) = quotas.upgrade() else { return };
         let ns = obj.meta().namespace.as_deref().unwrap_or_default();
@@ -76,7 +83,18 @@ pub fn start(ctx: &Context) -> Result<(), Error> {
         let quotas = Arc::downgrade(&inf.quotas);
         inf.quotas.add_handler(move |e| {
             let q = match e {
-                Event::Update(_, q) => return queue.add(crate::informers::key_of(&***q)),
+                // Only a new `spec.hard` needs a sync: `status.used` changes are admission's
+                // own charges, which a recount from a lagging informer would undo.
+                Event::Update(_, q) => {
+                    let (spec, status) = (
+                        q.spec.as_ref().and_then(|s| s.hard.as_ref()),
+                        q.status.as_ref().and_then(|s| s.hard.as_ref()),
+                    );
+                    if spec != status {
+                        queue.add(crate::informers::key_of(&***q));
+                    }
+                    return;
+                }
                 Event::Add(q) | Event::Delete(q) => q,
             };
             // A quota added or removed changes the `resourcequotas` count of its neighbours.
@@ -89,12 +107,19 @@ pub fn start(ctx: &Context) -> Result<(), Error> {
             }
         });
     }
-    on_change(&inf.pods, &inf.quotas, &queue);
-    on_change(&inf.services, &inf.quotas, &queue);
-    on_change(&inf.claims, &inf.quotas, &queue);
-    on_change(&inf.configmaps, &inf.quotas, &queue);
-    on_change(&inf.secrets, &inf.quotas, &queue);
-    on_change(&inf.rcs, &inf.quotas, &queue);
+    // A pod stops counting when it finishes; a service's type or a claim's size may change
+    // its usage; configmap, secret and RC updates never do.
+    on_change(&inf.pods, &inf.quotas, &queue, |old, new| {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        pod_counts(old, now) && !pod_counts(new, now)
+    });
+    on_change(&inf.services, &inf.quotas, &queue, |old, new| {
+        old.spec.as_ref().and_then(|s| s.type_.as_ref()) != new.spec.as_ref().and_then(|s| s.type_.as_ref())
+    });
+    on_change(&inf.claims, &inf.quotas, &queue, |old, new| old.spec != new.spec || old.status != new.status);
+    on_change(&inf.configmaps, &inf.quotas, &queue, |_, _| false);
+    on_change(&inf.secrets, &inf.quotas, &queue, |_, _| false);
+    on_change(&inf.rcs, &inf.quotas, &queue, |_, _| false);
     {
         // The full resync: recount everything, whatever events said.
         let (queue, quotas, period) =

@@ -3,8 +3,11 @@
 //!   baseline  this tool creating `--big` pods itself (what the API server and etcd allow),
 //!   big       one Deployment of `--big` replicas: time until every pod exists, and is ready,
 //!   many      `--deployments` Deployments of `--replicas`: time until every pod exists,
-//!   rolling   a new image for all of them: time until every rollout completed.
-//! Prints one line per phase.
+//!   rolling   a new image for all of them: time until every rollout completed,
+//!   job       one Job of `--job-completions` (`--job-parallelism` at a time) whose pods the
+//!             fake kubelet finishes at once: time until Complete, completions/s, and the
+//!             controller-manager's CPU seconds over the phase (`--kcm-pid`).
+//! Prints one line per phase; `--phases` picks some (default: all).
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +33,129 @@ struct Args {
     deployments: usize,
     #[arg(long, default_value_t = 30)]
     replicas: usize,
+    #[arg(long, default_value_t = 1000)]
+    job_completions: usize,
+    #[arg(long, default_value_t = 100)]
+    job_parallelism: usize,
+    /// The controller-manager's pid, to report its CPU over the job phase.
+    #[arg(long)]
+    kcm_pid: Option<u32>,
+    /// Comma-separated phases to run: baseline,big,many,rolling,job,daemonset.
+    #[arg(long, default_value = "baseline,big,many,rolling,job,daemonset")]
+    phases: String,
+    /// Nodes the daemonset phase spreads over (fake nodes are added up to this many).
+    #[arg(long, default_value_t = 1000)]
+    ds_nodes: usize,
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the `(comm)`, which may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
+/// The daemonset phase: fake nodes added up to `--ds-nodes`, then one DaemonSet: time until
+/// a pod exists for every node, and until every one is scheduled and ready.
+async fn daemonset_phase(client: &kube::Client, args: &Args, store: &Store<Pod>) -> anyhow::Result<()> {
+    let extra: Vec<String> = (args.nodes..args.ds_nodes).map(|i| format!("ds-node-{i}")).collect();
+    let kubeconfig = args.kubeconfig.clone();
+    let kubelet = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = extra.iter().map(String::as_str).collect();
+        e2e::fake_kubelet::FakeKubelet::start(&kubeconfig, &refs)
+    })
+    .await
+    .context("fake kubelet for the daemonset nodes")?;
+    let nodes =
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).list(&ListParams::default()).await?;
+    let total = nodes.items.len();
+    namespace(client, "ds").await?;
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "bench"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "bench-ds"}},
+            "template": {
+                "metadata": {"labels": {"app": "bench-ds"}},
+                "spec": {"containers": [{"name": "c", "image": "localhost/busybox:1"}]},
+            },
+        },
+    }))?;
+    let cpu_before = args.kcm_pid.and_then(cpu_seconds);
+    let start = Instant::now();
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), "ds")
+        .create(&PostParams::default(), &ds)
+        .await?;
+    let exist = until(start, "daemon pods", || count(store, "ds", false) == total).await;
+    let cpu = match (cpu_before, args.kcm_pid.and_then(cpu_seconds)) {
+        (Some(b), Some(a)) => format!(", controller-manager CPU {:.1}s until then", a - b),
+        _ => String::new(),
+    };
+    let ready = until(start, "daemon pods ready", || count(store, "ds", true) == total).await;
+    println!(
+        "daemonset 1 DaemonSet x {total} nodes: all pods created after {:.1}s ({:.0} pods/s){cpu}, all scheduled and ready after {:.1}s",
+        exist.as_secs_f64(),
+        total as f64 / exist.as_secs_f64(),
+        ready.as_secs_f64()
+    );
+    drop(kubelet);
+    Ok(())
+}
+
+/// The job phase: one Job, its pods finished by the fake kubelet as soon as they run.
+async fn job_phase(client: &kube::Client, args: &Args) -> anyhow::Result<()> {
+    namespace(client, "batch").await?;
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), "batch");
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "bench"},
+        "spec": {
+            "completions": args.job_completions,
+            "parallelism": args.job_parallelism,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {e2e::fake_kubelet::EXIT_CODE: "0"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "localhost/busybox:1"}]},
+            },
+        },
+    }))?;
+    let cpu_before = args.kcm_pid.and_then(cpu_seconds);
+    let start = Instant::now();
+    jobs.create(&PostParams::default(), &job).await?;
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let j = jobs.get("bench").await?;
+        let s = j.status.unwrap_or_default();
+        let done = s.conditions.iter().flatten().any(|c| c.type_ == "Complete" && c.status == "True");
+        let failed = s.conditions.iter().flatten().any(|c| c.type_ == "Failed" && c.status == "True");
+        anyhow::ensure!(!failed, "the bench Job failed: {:?}", s.conditions);
+        if done {
+            anyhow::ensure!(s.succeeded == Some(args.job_completions as i32), "succeeded {:?}", s.succeeded);
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the bench Job did not complete");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = start.elapsed().as_secs_f64();
+    let cpu = match (cpu_before, args.kcm_pid.and_then(cpu_seconds)) {
+        (Some(b), Some(a)) => format!(
+            ", controller-manager CPU {:.1}s ({:.1} ms per completion)",
+            a - b,
+            (a - b) * 1000.0 / args.job_completions as f64
+        ),
+        _ => String::new(),
+    };
+    println!(
+        "job       1 Job x {} completions (parallelism {}): Complete after {:.1}s ({:.1} completions/s){cpu}",
+        args.job_completions,
+        args.job_parallelism,
+        took,
+        args.job_completions as f64 / took
+    );
+    Ok(())
 }
 
 fn deployment(name: &str, replicas: usize, image: &str) -> Deployment {
@@ -115,86 +241,98 @@ async fn main() -> anyhow::Result<()> {
         while stream.next().await.is_some() {}
     });
     store.wait_until_ready().await.context("pod store")?;
-
-    // Baseline: the same number of pods, created by this tool with 32 requests in flight.
-    namespace(&client, "baseline").await?;
-    let pods = Api::<Pod>::namespaced(client.clone(), "baseline");
-    let start = Instant::now();
-    futures::stream::iter(0..args.big)
-        .for_each_concurrent(32, |i| {
-            let pods = pods.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("p-{i}"), "labels": {"app": "baseline"}},
-                    "spec": {"containers": [{"name": "c", "image": "localhost/busybox:1"}]},
-                }))
-                .expect("pod");
-                pods.create(&PostParams::default(), &pod).await.expect("creating a baseline pod");
-            }
-        })
-        .await;
-    let exist = until(start, "baseline pods", || count(&store, "baseline", false) == args.big).await;
-    println!(
-        "baseline  {} pods created directly: all exist after {:.1}s ({:.0} pods/s)",
-        args.big,
-        exist.as_secs_f64(),
-        args.big as f64 / exist.as_secs_f64()
-    );
-
-    namespace(&client, "big").await?;
-    let start = Instant::now();
-    Api::<Deployment>::namespaced(client.clone(), "big")
-        .create(&PostParams::default(), &deployment("big", args.big, "localhost/busybox:1"))
-        .await?;
-    let exist = until(start, "big pods", || count(&store, "big", false) == args.big).await;
-    let ready = until(start, "big pods ready", || count(&store, "big", true) == args.big).await;
-    println!(
-        "big       1 Deployment x {}: all pods exist after {:.1}s ({:.0} pods/s), all ready after {:.1}s",
-        args.big,
-        exist.as_secs_f64(),
-        args.big as f64 / exist.as_secs_f64(),
-        ready.as_secs_f64()
-    );
-
-    namespace(&client, "many").await?;
-    let deployments = Api::<Deployment>::namespaced(client.clone(), "many");
-    let total = args.deployments * args.replicas;
-    let start = Instant::now();
-    for i in 0..args.deployments {
-        deployments
-            .create(
-                &PostParams::default(),
-                &deployment(&format!("d-{i}"), args.replicas, "localhost/busybox:1"),
-            )
+    let phases: Vec<&str> = args.phases.split(',').map(str::trim).collect();
+    let run = |p: &str| phases.contains(&p);
+    if run("baseline") {
+        // Baseline: the same number of pods, created by this tool with 32 requests in flight.
+        namespace(&client, "baseline").await?;
+        let pods = Api::<Pod>::namespaced(client.clone(), "baseline");
+        let start = Instant::now();
+        futures::stream::iter(0..args.big)
+            .for_each_concurrent(32, |i| {
+                let pods = pods.clone();
+                async move {
+                    let pod: Pod = serde_json::from_value(json!({
+                        "metadata": {"name": format!("p-{i}"), "labels": {"app": "baseline"}},
+                        "spec": {"containers": [{"name": "c", "image": "localhost/busybox:1"}]},
+                    }))
+                    .expect("pod");
+                    pods.create(&PostParams::default(), &pod).await.expect("creating a baseline pod");
+                }
+            })
+            .await;
+        let exist = until(start, "baseline pods", || count(&store, "baseline", false) == args.big).await;
+        println!(
+            "baseline  {} pods created directly: all exist after {:.1}s ({:.0} pods/s)",
+            args.big,
+            exist.as_secs_f64(),
+            args.big as f64 / exist.as_secs_f64()
+        );
+    }
+    if run("big") {
+        namespace(&client, "big").await?;
+        let start = Instant::now();
+        Api::<Deployment>::namespaced(client.clone(), "big")
+            .create(&PostParams::default(), &deployment("big", args.big, "localhost/busybox:1"))
             .await?;
+        let exist = until(start, "big pods", || count(&store, "big", false) == args.big).await;
+        let ready = until(start, "big pods ready", || count(&store, "big", true) == args.big).await;
+        println!(
+            "big       1 Deployment x {}: all pods exist after {:.1}s ({:.0} pods/s), all ready after {:.1}s",
+            args.big,
+            exist.as_secs_f64(),
+            args.big as f64 / exist.as_secs_f64(),
+            ready.as_secs_f64()
+        );
     }
-    let exist = until(start, "many pods", || count(&store, "many", false) == total).await;
-    let ready = until(start, "many pods ready", || count(&store, "many", true) == total).await;
-    println!(
-        "many      {} Deployments x {}: all pods exist after {:.1}s ({:.0} pods/s), all ready after {:.1}s",
-        args.deployments,
-        args.replicas,
-        exist.as_secs_f64(),
-        total as f64 / exist.as_secs_f64(),
-        ready.as_secs_f64()
-    );
-
-    let start = Instant::now();
-    for i in 0..args.deployments {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "localhost/busybox:2"}]}}}});
-        deployments.patch(&format!("d-{i}"), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "many");
+    if run("many") {
+        namespace(&client, "many").await?;
+        let total = args.deployments * args.replicas;
+        let start = Instant::now();
+        for i in 0..args.deployments {
+            deployments
+                .create(
+                    &PostParams::default(),
+                    &deployment(&format!("d-{i}"), args.replicas, "localhost/busybox:1"),
+                )
+                .await?;
+        }
+        let exist = until(start, "many pods", || count(&store, "many", false) == total).await;
+        let ready = until(start, "many pods ready", || count(&store, "many", true) == total).await;
+        println!(
+            "many      {} Deployments x {}: all pods exist after {:.1}s ({:.0} pods/s), all ready after {:.1}s",
+            args.deployments,
+            args.replicas,
+            exist.as_secs_f64(),
+            total as f64 / exist.as_secs_f64(),
+            ready.as_secs_f64()
+        );
     }
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    while !rolled_out(&deployments, args.replicas as i32, "localhost/busybox:2").await? {
-        anyhow::ensure!(Instant::now() < deadline, "rolling update did not finish");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if run("rolling") {
+        let start = Instant::now();
+        for i in 0..args.deployments {
+            let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "localhost/busybox:2"}]}}}});
+            deployments.patch(&format!("d-{i}"), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(1800);
+        while !rolled_out(&deployments, args.replicas as i32, "localhost/busybox:2").await? {
+            anyhow::ensure!(Instant::now() < deadline, "rolling update did not finish");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!(
+            "rolling   {} Deployments x {} to a new image: all rollouts complete after {:.1}s",
+            args.deployments,
+            args.replicas,
+            start.elapsed().as_secs_f64()
+        );
     }
-    println!(
-        "rolling   {} Deployments x {} to a new image: all rollouts complete after {:.1}s",
-        args.deployments,
-        args.replicas,
-        start.elapsed().as_secs_f64()
-    );
+    if run("job") {
+        job_phase(&client, &args).await?;
+    }
+    if run("daemonset") {
+        daemonset_phase(&client, &args, &store).await?;
+    }
     drop(kubelet);
     Ok(())
 }

@@ -42,6 +42,7 @@ pub mod events {
     pub const PVC: u32 = 1 << 9;
     pub const PV: u32 = 1 << 10;
     pub const NAMESPACE: u32 = 1 << 11;
+    pub const STORAGE_CLASS: u32 = 1 << 12;
     pub const ALL: u32 = u32::MAX;
     /// Any change to a node.
     pub const NODE_ANY: u32 = NODE_ADD | NODE_LABEL | NODE_TAINT | NODE_ALLOCATABLE | NODE_OTHER;

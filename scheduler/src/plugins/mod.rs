@@ -100,7 +100,7 @@ pub fn build(
                 node_affinity::NAME => Arc::new(node_affinity::NodeAffinity),
                 node_ports::NAME => Arc::new(node_ports::NodePorts),
                 volume_restrictions::NAME => Arc::new(volume_restrictions::VolumeRestrictions),
-                volume_binding::NAME => Arc::new(volume_binding::VolumeBinding),
+                volume_binding::NAME => Arc::new(volume_binding::VolumeBinding::new(client.clone())),
                 balanced_allocation::NAME => Arc::new(balanced_allocation::BalancedAllocation),
                 image_locality::NAME => Arc::new(image_locality::ImageLocality),
                 default_binder::NAME => Arc::new(default_binder::DefaultBinder::new(client.clone())),

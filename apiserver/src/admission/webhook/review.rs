@@ -290,6 +290,8 @@ mod tests {
             namespaced: true,
             subresources: &["status"],
             etcd_resource: "pods",
+            verbs: ResourceInfo::ALL_VERBS,
+            storage_version: None,
         }
     }
 

@@ -167,6 +167,8 @@ fn pods() -> ResourceInfo {
         namespaced: true,
         subresources: &["status"],
         etcd_resource: "pods",
+        verbs: ResourceInfo::ALL_VERBS,
+        storage_version: None,
     }
 }
 

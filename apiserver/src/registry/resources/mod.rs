@@ -6,9 +6,13 @@
 
 pub mod admissionregistration;
 pub mod apps;
+pub mod autoscaling;
 pub mod batch;
+pub mod certificates;
 pub mod core;
+pub mod flowcontrol;
 pub mod others;
+pub mod storage;
 
 use std::sync::Arc;
 
@@ -33,7 +37,11 @@ pub fn all() -> Vec<Arc<Resource>> {
     let mut out = core::resources();
     out.extend(apps::resources());
     out.extend(batch::resources());
+    out.extend(autoscaling::resources());
     out.extend(others::resources());
+    out.extend(storage::resources());
+    out.extend(certificates::resources());
+    out.extend(flowcontrol::resources());
     out.extend(admissionregistration::resources());
     out
 }

@@ -2,7 +2,7 @@
 //! pod template out through ReplicaSets — one new ReplicaSet per template, old ones
 //! scaled down by the Recreate or RollingUpdate strategy — and reports progress in status.
 
-mod util;
+pub(crate) mod util;
 
 use std::sync::Arc;
 use std::time::Duration;

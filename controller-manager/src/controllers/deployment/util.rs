@@ -39,7 +39,7 @@ const MIN_AVAILABLE_REASON: &str = "MinimumReplicasAvailable";
 const MIN_UNAVAILABLE_REASON: &str = "MinimumReplicasUnavailable";
 
 /// Upstream's `SafeEncodeString` alphabet: no vowels (no words), no look-alikes.
-const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// FNV-1a, 32 bit.
 fn fnv1a32(bytes: &[u8]) -> u32 {
@@ -99,7 +99,7 @@ fn prune_zero_values(v: &mut Value) {
 
 /// A template as compared by `EqualIgnoreHash`: without the hash label, and with Go's
 /// zero values and empty maps the same as absent ones (upstream compares semantically).
-fn normalized(t: &PodTemplateSpec) -> Value {
+pub(crate) fn normalized(t: &PodTemplateSpec) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or_default();
     if let Some(labels) = v.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         labels.remove(POD_TEMPLATE_HASH);

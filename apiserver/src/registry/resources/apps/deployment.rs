@@ -110,16 +110,8 @@ impl Hooks for DeploymentHooks {
     /// `deployment.kubernetes.io/revision` annotation with a status update, and its
     /// bootstrap role holds no `patch` on deployments.
     fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
-        let annotations = new["metadata"].get("annotations").cloned();
-        crate::registry::resource::keep_status_only(new, old);
-        match annotations {
-            Some(a) => new["metadata"]["annotations"] = a,
-            None => {
-                if let Some(m) = new["metadata"].as_object_mut() {
-                    m.remove("annotations");
-                }
-            }
-        }
+        crate::registry::resource::keep_spec(new, old);
+        crate::registry::resource::copy_meta_field(new, old, "labels");
     }
 
     fn tracks_generation(&self) -> bool {

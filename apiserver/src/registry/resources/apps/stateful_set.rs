@@ -160,15 +160,19 @@ impl Hooks for StatefulSetHooks {
             }
             s
         };
+        // The stored claim templates compared as defaulted (objects stored before their
+        // defaults existed). A spec without templates must stay without the key: indexing
+        // a missing key mutably would insert a null, and every update (a status write
+        // too) would then look like a forbidden spec change.
         let mut old_spec = old["spec"].clone();
-        let mut claims_old = old_spec["volumeClaimTemplates"].take();
-        for t in claims_old.as_array_mut().into_iter().flatten() {
-            default_claim_spec(&mut t["spec"]);
-            if t["status"]["phase"].is_null() {
-                t["status"]["phase"] = json!("Pending");
+        if let Some(claims) = old_spec.get_mut("volumeClaimTemplates").and_then(Value::as_array_mut) {
+            for t in claims {
+                default_claim_spec(&mut t["spec"]);
+                if t["status"]["phase"].is_null() {
+                    t["status"]["phase"] = json!("Pending");
+                }
             }
         }
-        old_spec["volumeClaimTemplates"] = claims_old;
         if strip(&new["spec"]) != strip(&old_spec) {
             vec![FieldError::forbidden(
                 "spec",
@@ -233,6 +237,10 @@ mod tests {
         new["spec"]["template"]["spec"]["containers"][0]["image"] = json!("y");
         assert!(StatefulSetHooks.validate_update(&new, &old).is_empty());
         new["spec"]["serviceName"] = json!("other");
+        // Without claim templates, an unchanged spec is no change (a status write).
+        let mut bare = old.clone();
+        bare["spec"].as_object_mut().unwrap().remove("volumeClaimTemplates");
+        assert!(StatefulSetHooks.validate_update(&bare, &bare).is_empty());
         assert!(
             StatefulSetHooks.validate_update(&new, &old)[0]
                 .to_text()

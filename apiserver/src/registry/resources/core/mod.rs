@@ -34,7 +34,9 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 false,
                 &["status", "finalize"],
                 "namespaces",
-            ),
+            )
+            // Namespaces go one at a time, through their finalizers: no deletecollection.
+            .with_verbs(&["create", "delete", "get", "list", "patch", "update", "watch"]),
             namespace::NamespaceHooks,
         ),
         Resource::new::<core::Pod>(
@@ -43,7 +45,17 @@ pub fn resources() -> Vec<Arc<Resource>> {
                 &["po"],
                 &["all"],
                 true,
-                &["status", "binding", "log", "exec", "attach", "portforward"],
+                &[
+                    "status",
+                    "binding",
+                    "eviction",
+                    "ephemeralcontainers",
+                    "log",
+                    "exec",
+                    "attach",
+                    "portforward",
+                    "proxy",
+                ],
                 "pods",
             ),
             pod::PodHooks,
@@ -53,7 +65,14 @@ pub fn resources() -> Vec<Arc<Resource>> {
             node::NodeHooks,
         ),
         Resource::new::<core::Service>(
-            info_of::<core::Service>("service", &["svc"], &["all"], true, &["status"], "services/specs"),
+            info_of::<core::Service>(
+                "service",
+                &["svc"],
+                &["all"],
+                true,
+                &["status", "proxy"],
+                "services/specs",
+            ),
             service::ServiceHooks,
         ),
         Resource::new::<core::Endpoints>(

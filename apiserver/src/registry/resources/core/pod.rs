@@ -272,9 +272,6 @@ impl Hooks for PodHooks {
                 }
             }
         }
-        if spec["ephemeralContainers"].as_array().is_some_and(|e| !e.is_empty()) {
-            errs.push(FieldError::forbidden("spec.ephemeralContainers", "cannot be set on create"));
-        }
         if spec["nodeName"].as_str().is_some_and(|n| !n.is_empty())
             && spec["schedulingGates"].as_array().is_some_and(|g| !g.is_empty())
         {
@@ -284,6 +281,73 @@ impl Hooks for PodHooks {
             ));
         }
         errs
+    }
+
+    /// Ephemeral containers come later, through their subresource.
+    fn validate_create(&self, obj: &Value) -> Vec<FieldError> {
+        if obj["spec"]["ephemeralContainers"].as_array().is_some_and(|e| !e.is_empty()) {
+            return vec![FieldError::forbidden("spec.ephemeralContainers", "cannot be set on create")];
+        }
+        Vec::new()
+    }
+
+    /// `ephemeralcontainers` (upstream's `dropNonEphemeralContainerUpdates`): only
+    /// `spec.ephemeralContainers` changes; metadata as a status write's
+    /// (`ResetObjectMetaForStatus`).
+    fn prepare_for_subresource_update(&self, sub: &str, new: &mut Value, old: &Value) {
+        let ephemeral = new["spec"].get("ephemeralContainers").cloned();
+        crate::registry::resource::keep_spec(new, old);
+        crate::registry::resource::copy_field(new, old, "status");
+        if sub != "ephemeralcontainers" {
+            return;
+        }
+        crate::registry::resource::reset_meta_for_status(new, old);
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            match ephemeral {
+                Some(e) => {
+                    spec.insert("ephemeralContainers".into(), e);
+                }
+                None => {
+                    spec.remove("ephemeralContainers");
+                }
+            }
+        }
+    }
+
+    /// `ValidatePodEphemeralContainersUpdate`: not on static pods' mirrors, and those
+    /// already there are neither removed nor changed.
+    fn validate_subresource_update(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
+        if sub != "ephemeralcontainers" {
+            return Vec::new();
+        }
+        if old["metadata"]["annotations"].get(MIRROR_ANNOTATION).is_some() {
+            return vec![FieldError::forbidden("", "static pods do not support ephemeral containers")];
+        }
+        let path = "spec.ephemeralContainers";
+        let news: Vec<&Value> = new["spec"]["ephemeralContainers"].as_array().into_iter().flatten().collect();
+        let mut errs = Vec::new();
+        for o in old["spec"]["ephemeralContainers"].as_array().into_iter().flatten() {
+            let name = o["name"].as_str().unwrap_or_default();
+            match news.iter().find(|n| n["name"] == o["name"]) {
+                None => errs.push(FieldError::forbidden(
+                    path,
+                    format!("existing ephemeral containers \"{name}\" may not be removed\n"),
+                )),
+                Some(n) if *n != o => errs.push(FieldError::forbidden(
+                    path,
+                    format!("existing ephemeral containers \"{name}\" may not be changed\n"),
+                )),
+                Some(_) => {}
+            }
+        }
+        errs
+    }
+
+    /// Upstream's pod status strategy: the stored spec, and the stored owner references
+    /// (old kubelets corrupted them in status writes, breaking garbage collection).
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        crate::registry::resource::keep_spec(new, old);
+        crate::registry::resource::copy_meta_field(new, old, "ownerReferences");
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {

@@ -37,7 +37,7 @@ pub fn resources() -> Vec<Arc<Resource>> {
         // One storage with core/v1 Events (`/registry/events`), converted on the way in
         // and out (see `event::EventHooks`).
         Resource::new::<events::v1::Event>(
-            info_of::<events::v1::Event>("event", &["ev"], &[], true, &[], "events"),
+            info_of::<events::v1::Event>("event", &["ev"], &[], true, &[], "events").stored_as("", "v1"),
             event::EventHooks,
         ),
         Resource::new::<rbac::v1::Role>(
