@@ -33,6 +33,14 @@
 #                     node k at .k). With NODES > 1, API_HOST and KUBELET_HOST default to
 #                     this host's bridge address so the other nodes reach them.
 #   NODE_NET_PREFIX   first three octets of the nodes' network (default 10.89.0)
+#   KUBE_PROXY_MODE   kube-proxy's mode on every node: nftables (default) or iptables; empty
+#                     runs no kube-proxy
+#   ENABLE_CLUSTER_DNS  true (default): kube-dns behind the kube-dns Service, pods resolve
+#                     <service>.<namespace>.svc.$DNS_DOMAIN
+#   DNS_SERVER_IP     the kube-dns Service's ClusterIP, the kubelets' clusterDNS (default 10.0.0.10)
+#   DNS_DOMAIN        the cluster domain (default cluster.local)
+#   DNS_HOST          the address kube-dns serves on, added to this host's lo
+#                     (default 10.89.255.53); the kube-dns Service's endpoint
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 #   LOCAL_UP_BIN_DIR  run the binaries in this directory instead of building (e.g. a copy
 #                     kept stable while the tree changes, as hack/conformance.sh can use)
@@ -63,6 +71,17 @@ KUBELET_HOST="${KUBELET_HOST:-$HOST_NODE_IP}"
 KUBELET_PORT="${KUBELET_PORT:-10250}"
 KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10248}"
 SERVICE_CLUSTER_IP_RANGE="${SERVICE_CLUSTER_IP_RANGE:-10.0.0.0/24}"
+KUBE_PROXY_MODE="${KUBE_PROXY_MODE-nftables}"
+[[ -z "$KUBE_PROXY_MODE" || "$KUBE_PROXY_MODE" == nftables || "$KUBE_PROXY_MODE" == iptables ]] ||
+  { echo "local-up-cluster: KUBE_PROXY_MODE must be nftables, iptables or empty, got '$KUBE_PROXY_MODE'" >&2; exit 1; }
+ENABLE_CLUSTER_DNS="${ENABLE_CLUSTER_DNS:-true}"
+DNS_SERVER_IP="${DNS_SERVER_IP:-10.0.0.10}"
+DNS_DOMAIN="${DNS_DOMAIN:-cluster.local}"
+DNS_HOST="${DNS_HOST:-10.89.255.53}"
+if [[ "$ENABLE_CLUSTER_DNS" == true && -z "$KUBE_PROXY_MODE" ]]; then
+  echo "local-up-cluster: cluster DNS is reached through its Service: it needs kube-proxy (KUBE_PROXY_MODE)" >&2
+  exit 1
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="${LOCAL_UP_BIN_DIR:-$CARGO_TARGET_DIR/release}"
 
@@ -110,6 +129,9 @@ cleanup() {
   for ns in "${NETNS[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
   ((NODES > 1)) && ip link delete k8srsnodes 2>/dev/null || true
   [[ -x "$BIN/hostgw" ]] && "$BIN/hostgw" --cleanup >/dev/null 2>&1 || true
+  # kube-proxy's rules on this host (both modes'), and kube-dns's address.
+  [[ -n "$KUBE_PROXY_MODE" && -x "$BIN/kube-proxy" ]] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  ip addr delete "$DNS_HOST/32" dev lo 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -206,6 +228,11 @@ for ((k = 2; k <= NODES; k++)); do
   user="system:node:$HOSTNAME_OVERRIDE-node$k"
   grep -q ",$user," "$LOCAL_UP_DIR/tokens.csv" || echo "$(new_token),$user,$user,system:nodes" >>"$LOCAL_UP_DIR/tokens.csv"
 done
+# kube-proxy as upstream's system:kube-proxy (bound to system:node-proxier by the bootstrap
+# policy); kube-dns as a user of its own, bound below to what it watches.
+for user in system:kube-proxy system:kube-dns; do
+  grep -q ",$user," "$LOCAL_UP_DIR/tokens.csv" || echo "$(new_token),$user,$user" >>"$LOCAL_UP_DIR/tokens.csv"
+done
 token_of() { grep ",$1," "$LOCAL_UP_DIR/tokens.csv" | cut -d, -f1; }
 SA_KEY="$LOCAL_UP_DIR/certs/service-account.key"
 if [[ ! -s "$SA_KEY" ]]; then
@@ -271,6 +298,8 @@ kubeconfig admin admin
 kubeconfig scheduler system:kube-scheduler
 kubeconfig controller system:kube-controller-manager
 kubeconfig kubelet "system:node:$HOSTNAME_OVERRIDE"
+kubeconfig kube-proxy system:kube-proxy
+kubeconfig kube-dns system:kube-dns
 
 # kube-scheduler, as system:kube-scheduler (the bootstrap RBAC policy's scheduler roles).
 "$BIN/kube-scheduler" \
@@ -306,6 +335,8 @@ wait_up kube-controller-manager "https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER
 # write_kubelet_config FILE STATE_DIR CONTAINERD_SOCKET ADDRESS CGROUP_ROOT: one node's
 # configuration (every node's the same but for its paths, address and cgroup root: kubelets
 # sharing a cgroup root would take each other's pod cgroups for orphans).
+CLUSTER_DNS_LINE=""
+[[ "$ENABLE_CLUSTER_DNS" == true ]] && CLUSTER_DNS_LINE="clusterDNS: [$DNS_SERVER_IP]"
 write_kubelet_config() {
   local file=$1 dir=$2 sock=$3 address=$4 cgroup_root=$5
   mkdir -p "$dir/manifests"
@@ -320,7 +351,8 @@ address: $address
 port: $KUBELET_PORT
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
-clusterDomain: cluster.local
+clusterDomain: $DNS_DOMAIN
+$CLUSTER_DNS_LINE
 authentication:
   anonymous:
     enabled: false
@@ -362,6 +394,32 @@ start_hostgw() {
   PIDS+=($!)
 }
 start_hostgw "$HOSTNAME_OVERRIDE" "$LOCAL_UP_DIR/kubelet.kubeconfig" "$CTRD_DIR" k8srs0 "$LOCAL_UP_DIR/logs/hostgw.log"
+
+# kube-proxy: Services (ClusterIP, NodePort, ...) routed to their endpoints by nftables or
+# iptables rules in the node's network namespace; healthz on :10256, metrics on
+# 127.0.0.1:10249 of that namespace.
+# start_kube_proxy NAME LOG [nsenter...]
+start_kube_proxy() {
+  local name=$1 log=$2
+  shift 2
+  [[ -n "$KUBE_PROXY_MODE" ]] || return 0
+  "$@" "$BIN/kube-proxy" \
+    --kubeconfig="$LOCAL_UP_DIR/kube-proxy.kubeconfig" \
+    --proxy-mode="$KUBE_PROXY_MODE" \
+    --hostname-override="$name" \
+    --cluster-cidr="$CLUSTER_CIDR" \
+    >"$log" 2>&1 &
+  PIDS+=($!)
+  local pid=$! i
+  for i in $(seq 1 300); do
+    "$@" curl -fsS "http://127.0.0.1:10256/healthz" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "local-up-cluster: kube-proxy of $name exited; see $log" >&2; tail -20 "$log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "local-up-cluster: kube-proxy of $name not healthy after 30 s; see $log" >&2
+  exit 1
+}
+start_kube_proxy "$HOSTNAME_OVERRIDE" "$LOCAL_UP_DIR/logs/kube-proxy.log"
 
 # The other nodes, each in a network namespace of its own (a host on the k8srsnodes bridge):
 # containerd, kubelet and hostgw started through nsenter, which changes only the network
@@ -407,6 +465,7 @@ start_node() {
     sleep 0.1
   done
   start_hostgw "$name" "$LOCAL_UP_DIR/node$k.kubeconfig" "$dir/containerd" "k8srs$k" "$LOCAL_UP_DIR/logs/hostgw-node$k.log" "${in_ns[@]}"
+  start_kube_proxy "$name" "$LOCAL_UP_DIR/logs/kube-proxy-node$k.log" "${in_ns[@]}"
 }
 for ((k = 2; k <= NODES; k++)); do
   start_node "$k"
@@ -442,6 +501,77 @@ for ((k = 2; k <= NODES; k++)); do
   start_provisioner "$HOSTNAME_OVERRIDE-node$k" "$LOCAL_UP_DIR/node$k"
 done
 
+# Cluster DNS: kube-dns on this host, on $DNS_HOST (an address on lo, which every node's pods
+# reach through their node's default route; this kernel has no dummy links), behind the kube-dns Service at $DNS_SERVER_IP
+# (selector-less; its EndpointSlice names $DNS_HOST), so pods resolve through kube-proxy as in
+# a cluster whose DNS runs as a Deployment. Names outside $DNS_DOMAIN go to this host's
+# resolvers (/etc/resolv.conf).
+if [[ "$ENABLE_CLUSTER_DNS" == true ]]; then
+  ip addr replace "$DNS_HOST/32" dev lo
+  KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl apply -f - >/dev/null <<DNS
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+rules:
+- apiGroups: [""]
+  resources: [endpoints, services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-dns}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/name: KubeDNS}
+spec:
+  clusterIP: $DNS_SERVER_IP
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+  - {name: metrics, port: 9153, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-local-up
+  namespace: kube-system
+  labels:
+    kubernetes.io/service-name: kube-dns
+    endpointslice.kubernetes.io/managed-by: local-up-cluster.k8s-rs.io
+addressType: IPv4
+endpoints:
+- addresses: [$DNS_HOST]
+  conditions: {ready: true}
+  nodeName: $HOSTNAME_OVERRIDE
+ports:
+- {name: dns, port: 53, protocol: UDP}
+- {name: dns-tcp, port: 53, protocol: TCP}
+- {name: metrics, port: 9153, protocol: TCP}
+DNS
+  "$BIN/kube-dns" \
+    --kubeconfig="$LOCAL_UP_DIR/kube-dns.kubeconfig" \
+    --domain="$DNS_DOMAIN" \
+    --dns-bind-address="$DNS_HOST" \
+    --metrics-bind-address="$DNS_HOST:9153" \
+    --health-bind-address="127.0.0.1:8080" \
+    --ready-bind-address="127.0.0.1:8181" \
+    >"$LOCAL_UP_DIR/logs/kube-dns.log" 2>&1 &
+  PIDS+=($!)
+  wait_up kube-dns "http://127.0.0.1:8181/ready"
+fi
+
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
@@ -453,6 +583,10 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
   kube-controller-manager  https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/metrics (self-signed)
   kubelet         node $HOSTNAME_OVERRIDE, https://${KUBELET_HOST}:${KUBELET_PORT} (containerd: $CTRD_SOCK)
                   static pods: $LOCAL_UP_DIR/manifests; images: localhost/busybox:latest
+  kube-proxy      mode ${KUBE_PROXY_MODE:-(none)} on every node; healthz http://127.0.0.1:10256/healthz,
+                  metrics http://127.0.0.1:10249/metrics (in each node's network namespace)
+  cluster DNS     $( [[ "$ENABLE_CLUSTER_DNS" == true ]] && echo "kube-dns on $DNS_HOST, Service kube-system/kube-dns $DNS_SERVER_IP; pods resolve
+                  <service>.<namespace>.svc.$DNS_DOMAIN (and <service> in their namespace)" || echo "off")
   storage         default StorageClass "standard" (local-path, WaitForFirstConsumer): volumes under
                   $LOCAL_UP_DIR/local-path
 
