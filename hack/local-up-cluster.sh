@@ -29,9 +29,9 @@
 #   SERVICE_CLUSTER_IP_RANGE (default 10.0.0.0/24)
 #   NODES             number of nodes (default 1). This host is the first; each other node is a
 #                     network namespace k8srs-node<k> with its own containerd, kubelet and
-#                     hostgw, on a bridge k8srsnodes ($NODE_NET_PREFIX.0/24, this host .1,
+#                     hostgw, on a switch k8srs-switch ($NODE_NET_PREFIX.0/24, this host .1,
 #                     node k at .k). With NODES > 1, API_HOST and KUBELET_HOST default to
-#                     this host's bridge address so the other nodes reach them.
+#                     this host's address on the switch so the other nodes reach them.
 #   NODE_NET_PREFIX   first three octets of the nodes' network (default 10.89.0)
 #   KUBE_PROXY_MODE   kube-proxy's mode on every node: nftables (default) or iptables; empty
 #                     runs no kube-proxy
@@ -166,11 +166,21 @@ wait_up() {
   curl -fsS "$@" "$url" >/dev/null
 }
 
-# The nodes' network: a bridge on this host that the other nodes' namespaces join, created
-# before anything binds to its address.
+# The nodes' network: a switch (a bridge in a network namespace of its own, k8srs-switch)
+# that this host (veth k8srsnodes) and every other node's namespace join, created before
+# anything binds to the host's address. The bridge is not this host's own: with
+# br_netfilter (on here), a frame crossing a bridge of this host goes through this host's
+# PREROUTING, where kube-proxy would DNAT one node's NodePort packet for another node and
+# the bridge would drop it as a hairpin, which a real switch between machines never does.
 if ((NODES > 1)); then
+  ip netns delete k8srs-switch 2>/dev/null || true
   ip link delete k8srsnodes 2>/dev/null || true
-  ip link add k8srsnodes type bridge
+  ip netns add k8srs-switch
+  NETNS+=(k8srs-switch)
+  ip -n k8srs-switch link add br0 type bridge
+  ip -n k8srs-switch link set br0 up
+  ip link add k8srsnodes type veth peer name host netns k8srs-switch
+  ip -n k8srs-switch link set host master br0 up
   ip addr add "$HOST_NODE_IP/24" dev k8srsnodes
   ip link set k8srsnodes up
 fi
@@ -421,7 +431,7 @@ start_kube_proxy() {
 }
 start_kube_proxy "$HOSTNAME_OVERRIDE" "$LOCAL_UP_DIR/logs/kube-proxy.log"
 
-# The other nodes, each in a network namespace of its own (a host on the k8srsnodes bridge):
+# The other nodes, each in a network namespace of its own (a host on the k8srs-switch bridge):
 # containerd, kubelet and hostgw started through nsenter, which changes only the network
 # namespace (containerd and runc need the host's mounts and cgroups).
 start_node() {
@@ -431,8 +441,8 @@ start_node() {
   ip netns delete "$ns" 2>/dev/null || true
   ip netns add "$ns"
   NETNS+=("$ns")
-  ip link add "k8srsv$k" type veth peer name eth0 netns "$ns"
-  ip link set "k8srsv$k" master k8srsnodes up
+  ip -n k8srs-switch link add "node$k" type veth peer name eth0 netns "$ns"
+  ip -n k8srs-switch link set "node$k" master br0 up
   ip -n "$ns" link set lo up
   ip -n "$ns" addr add "$ip/24" dev eth0
   ip -n "$ns" link set eth0 up

@@ -542,6 +542,30 @@ fn proxy_method(req: &Request<Incoming>, resource: &str) -> ApiResult<()> {
     }
 }
 
+/// A GET or HEAD of `.../<resource>/<id>/proxy` itself (no trailing slash, so no path to
+/// proxy) is redirected to `.../proxy/` with the same query, as upstream's proxy handler does
+/// (its `proxyRedirectsforRootPath`; relative links of the proxied page then resolve under
+/// the proxy). Other methods go on to the target's root.
+fn redirect_for_root_path(req: &Request<Incoming>, resource: &str, id: &str) -> Option<Response<BoxBody>> {
+    let path = req.uri().path();
+    if !matches!(*req.method(), Method::GET | Method::HEAD)
+        || !path.ends_with(&format!("/{resource}/{id}/proxy"))
+    {
+        return None;
+    }
+    let location = match req.uri().query() {
+        Some(q) if !q.is_empty() => format!("{path}/?{q}"),
+        _ => format!("{path}/"),
+    };
+    let empty = Full::new(bytes::Bytes::new()).map_err(|never| match never {}).boxed_unsync();
+    let mut r = Response::new(empty);
+    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    if let Ok(v) = http::HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Some(r)
+}
+
 /// `pods/<[scheme:]name[:port]>/proxy/<path>`: to the pod's IP (upstream's pod
 /// `ResourceLocation`): the port as given (when none, the first port a container declares,
 /// else 80, or 443 for https), https without
@@ -560,6 +584,9 @@ async fn pod_proxy(api: &Api, ns: &str, id: &str, req: Request<Incoming>) -> Api
         json!({ "kind": "PodProxyOptions", "apiVersion": "v1", "path": rest }),
     )
     .await?;
+    if let Some(redirect) = redirect_for_root_path(&req, "pods", id) {
+        return Ok(redirect);
+    }
     let pod = api.registry.core("pods").get(Some(ns), &name, None).await?;
     let ip =
         pod["status"]["podIPs"][0]["ip"].as_str().or(pod["status"]["podIP"].as_str()).unwrap_or_default();
@@ -610,6 +637,9 @@ async fn service_proxy(
         json!({ "kind": "ServiceProxyOptions", "apiVersion": "v1", "path": rest }),
     )
     .await?;
+    if let Some(redirect) = redirect_for_root_path(&req, "services", id) {
+        return Ok(redirect);
+    }
     let mut port_name = port.clone();
     if let Ok(number) = port.parse::<i64>() {
         let svc = api.registry.core("services").get(Some(ns), &name, None).await?;
@@ -701,6 +731,9 @@ async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Re
         json!({ "kind": "NodeProxyOptions", "apiVersion": "v1", "path": rest }),
     )
     .await?;
+    if let Some(redirect) = redirect_for_root_path(&req, "nodes", id) {
+        return Ok(redirect);
+    }
     let (scheme, name, port) = split_scheme_name_port(id)
         .ok_or_else(|| ApiError::bad_request(format!("invalid node request {id:?}")))?;
     let (_, conn) = node_connection(api, &name).await?;

@@ -172,11 +172,12 @@ impl Services {
                 for (i, p) in list.iter_mut().enumerate() {
                     let pname = p["name"].as_str().unwrap_or_default().to_string();
                     let keep = old_ports.iter().find(|(n, _)| *n == pname).map(|(_, port)| *port);
-                    match p["nodePort"].as_u64() {
-                        Some(n) if Some(n as u16) == keep => {}
+                    // 0 is "allocate one", as upstream reads it (protobuf clients always send
+                    // the field: conformance's ExternalName to NodePort sends 0).
+                    match p["nodePort"].as_u64().filter(|&n| n != 0) {
+                        Some(n) if u16::try_from(n).ok() == keep && keep.is_some() => {}
                         Some(n) => {
-                            let n = n as u16;
-                            if n < self.ports.0 || n > self.ports.1 {
+                            if n < u64::from(self.ports.0) || n > u64::from(self.ports.1) {
                                 return Err(field_err(
                                     &name,
                                     FieldError::invalid(
@@ -189,6 +190,7 @@ impl Services {
                                     ),
                                 ));
                             }
+                            let n = n as u16; // in range, checked above
                             if used.ports.contains(&n) {
                                 return Err(field_err(
                                     &name,

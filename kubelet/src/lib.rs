@@ -20,6 +20,7 @@ pub mod config;
 pub mod cri;
 pub mod dns;
 pub mod envs;
+pub mod etc_hosts;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod mirror;

@@ -916,6 +916,22 @@ async fn start_container(
             readonly: m.read_only.unwrap_or(false) || volumes::claim_read_only(pod, &m.name),
         });
     }
+    if crate::etc_hosts::container_wants_managed(c.volume_mounts.iter().flatten().map(|m| &m.mount_path)) {
+        let cluster_domain = k.config().cluster_domain.clone();
+        match crate::etc_hosts::ensure(&pod_dir, pod, env.pod_ips, &cluster_domain) {
+            Ok(Some(host_path)) => mounts.push(HostMount {
+                container_path: crate::etc_hosts::ETC_HOSTS.into(),
+                host_path,
+                readonly: false,
+            }),
+            Ok(None) => {}
+            Err(e) => {
+                let msg = format!("failed to write the pod's /etc/hosts: {e}");
+                event(k, pod, Type::Warning, "Failed", format!("Error: {msg}"));
+                return Err(("CreateContainerConfigError".into(), msg));
+            }
+        }
+    }
     let dir = volumes::pod_dir(&k.opts.root_dir, pod.metadata.uid.as_deref().unwrap_or(""))
         .join("containers")
         .join(&c.name);

@@ -266,17 +266,51 @@ impl Resource {
 }
 
 /// The typed round trip behind [`Resource::normalize`].
-pub fn normalize<K>(v: Value) -> ApiResult<Value>
+pub fn normalize<K>(mut v: Value) -> ApiResult<Value>
 where
     K: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource,
 {
-    let typed: K = serde_json::from_value(v).map_err(|e| ApiError::bad_request(decode_message::<K>(&e)))?;
+    let typed: K = match <K as serde::Deserialize>::deserialize(&v) {
+        Ok(t) => t,
+        Err(e) => {
+            // Only where the kind requires the time (the decode failed) is it filled in.
+            if !fill_zero_condition_times(&mut v) {
+                return Err(ApiError::bad_request(decode_message::<K>(&e)));
+            }
+            serde_json::from_value(v).map_err(|e| ApiError::bad_request(decode_message::<K>(&e)))?
+        }
+    };
     let mut out = serde_json::to_value(&typed).map_err(|e| ApiError::internal(e.to_string()))?;
     if let Some(o) = out.as_object_mut() {
         o.insert("apiVersion".into(), Value::String(K::API_VERSION.into()));
         o.insert("kind".into(), Value::String(K::KIND.into()));
     }
     Ok(out)
+}
+
+/// Go's zero `metav1.Time`, which k8s-openapi's required `Time` fields stand in for.
+const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// A `metav1.Condition` in `status.conditions` without `lastTransitionTime` (absent or
+/// null) decodes in Go to the zero time; k8s-openapi makes the field required. Clients do
+/// send such conditions (conformance's Service status lifecycle), so the zero time is
+/// written in. Upstream would store and serve `null` there; the zero time's RFC 3339 form is
+/// kept instead, which Go clients read as the same zero time and Rust clients (our own
+/// components decode Services with k8s-openapi) can read at all. Called only once the typed
+/// decode failed, so kinds whose condition time is optional keep what the client sent.
+/// Returns whether it filled any.
+fn fill_zero_condition_times(v: &mut Value) -> bool {
+    let Some(conditions) = v.pointer_mut("/status/conditions").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let mut filled = false;
+    for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+        if c.get("lastTransitionTime").is_none_or(Value::is_null) {
+            c.insert("lastTransitionTime".into(), Value::String(GO_ZERO_TIME.into()));
+            filled = true;
+        }
+    }
+    filled
 }
 
 fn decode_message<K: k8s_openapi::Resource>(e: &serde_json::Error) -> String {
@@ -350,5 +384,37 @@ pub fn keep_all_but_status(new: &mut Value, old: &Value) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Service;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn condition_without_transition_time_gets_go_zero_time() {
+        let svc = json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "status": {"conditions": [
+                {"type": "StatusUpdate", "status": "True", "reason": "E2E", "message": "m"},
+                {"type": "Other", "status": "True", "reason": "R", "message": "m",
+                 "lastTransitionTime": "2024-01-02T03:04:05Z"},
+            ]},
+        });
+        let out = normalize::<Service>(svc).expect("decodes");
+        let conditions = &out["status"]["conditions"];
+        assert_eq!(conditions[0]["lastTransitionTime"], GO_ZERO_TIME);
+        assert_eq!(conditions[1]["lastTransitionTime"], "2024-01-02T03:04:05Z");
+    }
+
+    #[test]
+    fn other_decode_errors_are_still_refused() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                         "spec": {"ports": "not a list"}});
+        let err = normalize::<Service>(svc).unwrap_err();
+        assert!(err.to_string().contains("error decoding v1 Service"), "{err}");
     }
 }
