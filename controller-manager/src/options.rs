@@ -157,6 +157,25 @@ pub struct Flags {
     /// The period for re-syncing namespace life-cycle updates.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub namespace_sync_period: Duration,
+    /// The period for syncing the number of pods in horizontal pod autoscalers.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+    /// The minimum change (from 1.0) in the desired-to-actual metrics ratio for the
+    /// horizontal pod autoscaler to consider scaling.
+    #[arg(long, default_value_t = 0.1)]
+    pub horizontal_pod_autoscaler_tolerance: f64,
+    /// How far back the autoscaler looks for a higher recommendation before scaling down.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// The period after pod start when CPU samples might be skipped.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    /// The period after pod start during which readiness changes count as initial readiness.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+    /// Horizontal pod autoscaler workers.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_horizontal_pod_autoscaler_syncs: usize,
     /// Log verbosity.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
@@ -218,6 +237,12 @@ pub struct Options {
     pub terminated_pod_gc_threshold: i64,
     pub resource_quota_sync_period: Duration,
     pub namespace_sync_period: Duration,
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+    pub horizontal_pod_autoscaler_tolerance: f64,
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+    pub concurrent_horizontal_pod_autoscaler_syncs: usize,
 }
 
 impl Flags {
@@ -242,6 +267,13 @@ impl Flags {
         }
         if self.kube_api_qps <= 0.0 || self.kube_api_burst == 0 {
             return Err(Invalid("--kube-api-qps and --kube-api-burst must be positive".into()));
+        }
+        if self.horizontal_pod_autoscaler_sync_period.is_zero() {
+            return Err(Invalid("--horizontal-pod-autoscaler-sync-period must be positive".into()));
+        }
+        if self.horizontal_pod_autoscaler_tolerance.is_nan() || self.horizontal_pod_autoscaler_tolerance < 0.0
+        {
+            return Err(Invalid("--horizontal-pod-autoscaler-tolerance must not be negative".into()));
         }
         if !(0.0..=1.0).contains(&self.unhealthy_zone_threshold) {
             return Err(Invalid("--unhealthy-zone-threshold must be between 0 and 1".into()));
@@ -300,6 +332,17 @@ impl Flags {
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             resource_quota_sync_period: self.resource_quota_sync_period,
             namespace_sync_period: self.namespace_sync_period,
+            horizontal_pod_autoscaler_sync_period: self.horizontal_pod_autoscaler_sync_period,
+            horizontal_pod_autoscaler_tolerance: self.horizontal_pod_autoscaler_tolerance,
+            horizontal_pod_autoscaler_downscale_stabilization: self
+                .horizontal_pod_autoscaler_downscale_stabilization,
+            horizontal_pod_autoscaler_cpu_initialization_period: self
+                .horizontal_pod_autoscaler_cpu_initialization_period,
+            horizontal_pod_autoscaler_initial_readiness_delay: self
+                .horizontal_pod_autoscaler_initial_readiness_delay,
+            concurrent_horizontal_pod_autoscaler_syncs: self
+                .concurrent_horizontal_pod_autoscaler_syncs
+                .max(1),
         })
     }
 }

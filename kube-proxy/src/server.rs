@@ -107,14 +107,21 @@ fn node_ips(node: &Node) -> Vec<IpAddr> {
 
 async fn wait_for_node(api: &Api<Node>, name: &str, shutdown: &Shutdown) -> Option<Node> {
     let deadline = tokio::time::Instant::now() + NODE_WAIT;
+    let mut last = None;
     loop {
         match api.get_opt(name).await {
-            Ok(Some(node)) => return Some(node),
+            // The kubelet registers its Node before its first status update gives it
+            // addresses: wait for those too, as upstream polls for the node's IPs.
+            Ok(Some(node)) if !node_ips(&node).is_empty() => return Some(node),
+            Ok(Some(node)) => {
+                tracing::info!(node = name, "waiting for the Node's addresses");
+                last = Some(node);
+            }
             Ok(None) => tracing::info!(node = name, "waiting for the Node object"),
             Err(err) => tracing::warn!(node = name, %err, "getting the Node object"),
         }
         if tokio::time::Instant::now() >= deadline || shutdown.is_triggered() {
-            return None;
+            return last;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -8,6 +8,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod ephemeral_volume;
 pub mod garbagecollector;
 pub mod job;
@@ -15,6 +16,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
 pub mod replicationcontroller;
@@ -48,12 +50,24 @@ const ALL: &[(&str, &str, &str, Starter)] = &[
     ("endpoints-controller", "endpoint", "endpoint-controller", endpoints::start),
     ("endpointslice-controller", "endpointslice", "endpointslice-controller", endpointslice::start),
     (
+        "endpointslice-mirroring-controller",
+        "endpointslicemirroring",
+        "endpointslicemirroring-controller",
+        endpointslicemirroring::start,
+    ),
+    (
         "ephemeral-volume-controller",
         "ephemeral-volume",
         "ephemeral-volume-controller",
         ephemeral_volume::start,
     ),
     (GARBAGE_COLLECTOR, "garbagecollector", "generic-garbage-collector", garbagecollector::start),
+    (
+        "horizontal-pod-autoscaler-controller",
+        "horizontalpodautoscaling",
+        "horizontal-pod-autoscaler",
+        podautoscaler::start,
+    ),
     ("job-controller", "job", "job-controller", job::start),
     ("namespace-controller", "namespace", "namespace-controller", namespace::start),
     ("node-ipam-controller", "nodeipam", "node-controller", nodeipam::start),
