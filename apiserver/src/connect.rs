@@ -611,7 +611,7 @@ async fn pod_proxy(api: &Api, ns: &str, id: &str, req: Request<Incoming>) -> Api
         port,
         path_and_query: with_query(rest, req.uri().query()),
     };
-    proxy::forward(&loc, req, false, api.kubelet.timeout).await
+    forward_rewriting(&loc, req, "pods", id, api.kubelet.timeout).await
 }
 
 /// `services/<[scheme:]name[:port]>/proxy/<path>`: to a random address of the service's
@@ -703,7 +703,7 @@ async fn service_proxy(
                     port: p["port"].as_u64().and_then(|x| u16::try_from(x).ok()).unwrap_or(80),
                     path_and_query: with_query(rest, req.uri().query()),
                 };
-                return proxy::forward(&loc, req, false, api.kubelet.timeout).await;
+                return forward_rewriting(&loc, req, "services", id, api.kubelet.timeout).await;
             }
         }
     }
@@ -751,7 +751,33 @@ async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Re
         let tls = (scheme == "https").then(|| api.kubelet.tls(true));
         Location { tls, hosts: vec![host], port, path_and_query }
     };
-    proxy::forward(&loc, req, false, api.kubelet.timeout).await
+    forward_rewriting(&loc, req, "nodes", id, api.kubelet.timeout).await
+}
+
+/// Forwards to `loc` and rewrites the answer's links under the proxy prefix
+/// (`.../<resource>/<id>/proxy`), as upstream's proxy handlers wrap their transport.
+async fn forward_rewriting(
+    loc: &Location,
+    req: Request<Incoming>,
+    resource: &str,
+    id: &str,
+    timeout: std::time::Duration,
+) -> ApiResult<Response<BoxBody>> {
+    let path = req.uri().path();
+    let marker = format!("/{resource}/{id}/proxy");
+    let prefix = path.find(&marker).map(|i| path[..i + marker.len()].to_owned()).unwrap_or_default();
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default();
+    let resp = proxy::forward(loc, req, false, timeout).await?;
+    if prefix.is_empty() || resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(resp);
+    }
+    Ok(crate::proxy_rewrite::rewrite_response(resp, &prefix, &host).await)
 }
 
 /// The part of `/api/v1/nodes/<id>/proxy/<rest>` after `proxy`, as a path (`/` at least),

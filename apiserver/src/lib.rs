@@ -48,6 +48,7 @@ pub mod pods;
 pub mod printers;
 pub mod protobuf;
 pub mod proxy;
+pub mod proxy_rewrite;
 pub mod registry;
 pub mod selectors;
 pub mod services;

@@ -13,9 +13,13 @@
 //! [`NodeCluster::start`] moves the calling thread into the hub (nextest runs each test in
 //! a process of its own), so the test's kubectl, curl and kube-rs clients reach the API
 //! server and, through the hub's routes, every pod by its IP.
+//!
+//! With [`ClusterOptions::cluster_dns`], kube-dns serves on the hub address (port 53) behind
+//! the `kube-system/kube-dns` Service at [`CLUSTER_DNS_IP`], which is every kubelet's
+//! `clusterDNS`: pods resolve names through kube-proxy's rules, as in a real cluster.
 
 use std::io::Read;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -24,6 +28,7 @@ use crate::apiserver::KubeApiserver;
 use crate::certs::TestCa;
 use crate::component::{Component, KubeControllerManager, KubeScheduler};
 use crate::containerd::Containerd;
+use crate::dns::{FakeUpstream, KubeDns};
 use crate::kubelet::Kubelet;
 use crate::netns::{Network, command_in};
 use crate::{Etcd, EtcdOptions, wait_for};
@@ -32,6 +37,9 @@ use crate::{Etcd, EtcdOptions, wait_for};
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The Service ClusterIP range.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The ClusterIP of `kube-system/kube-dns` (the 10th address of [`SERVICE_CIDR`], as
+/// kubeadm picks it) when [`ClusterOptions::cluster_dns`] is on.
+pub const CLUSTER_DNS_IP: &str = "10.96.0.10";
 /// The kubelets' API port (each node has an address of its own).
 pub const KUBELET_PORT: u16 = 10250;
 
@@ -131,10 +139,24 @@ pub struct ClusterOptions {
     /// ServiceAccount admission plugin on (tests otherwise run without it, creating no
     /// accounts).
     pub service_accounts: bool,
+    /// Cluster DNS: kube-dns in the hub on the hub address, port 53, behind the selector-less
+    /// `kube-system/kube-dns` Service ([`CLUSTER_DNS_IP`], with a hand-written
+    /// EndpointSlice), and every kubelet's `clusterDNS` set to it. Needs `kube_proxy`, which
+    /// carries the pods' queries to it.
+    pub cluster_dns: bool,
+}
+
+/// The cluster's DNS when [`ClusterOptions::cluster_dns`] is on. kube-dns goes first, then
+/// the upstream it forwards to (it answers everything with NXDOMAIN: nothing leaves the
+/// machine).
+pub struct ClusterDns {
+    pub kube_dns: KubeDns,
+    pub upstream: FakeUpstream,
 }
 
 pub struct NodeCluster {
     pub nodes: Vec<Node>,
+    pub dns: Option<ClusterDns>,
     pub hub_hostgw: Daemon,
     pub controller_manager: Component,
     pub scheduler: Component,
@@ -197,6 +219,15 @@ impl NodeCluster {
         let mut cm_args: Vec<&str> = cidr_args.iter().map(String::as_str).collect();
         cm_args.extend(opts.controller_manager_args.iter().map(String::as_str));
         let controller_manager = KubeControllerManager::start(&api, &cm_args);
+        let mut opts = opts;
+        let dns = opts.cluster_dns.then(|| {
+            assert!(
+                opts.kube_proxy.is_some(),
+                "cluster_dns needs kube_proxy: pods reach kube-dns by its Service"
+            );
+            opts.kubelet_config.push_str(&format!("\nclusterDNS: [\"{CLUSTER_DNS_IP}\"]\n"));
+            start_cluster_dns(&api, net.hub_ip())
+        });
         // The hub is no node, but the test's clients there reach pods by IP.
         let hub_hostgw = Daemon::start(
             "hostgw-hub",
@@ -211,6 +242,7 @@ impl NodeCluster {
         }
         let cluster = NodeCluster {
             nodes,
+            dns,
             hub_hostgw,
             controller_manager,
             scheduler,
@@ -353,4 +385,88 @@ pub fn start_kube_proxy(api: &KubeApiserver, name: &str, netns: &str, mode: &str
         Some(netns),
         dir,
     )
+}
+
+/// kube-dns on `hub_ip:53` and the `kube-system/kube-dns` Service in front of it: a
+/// selector-less Service at [`CLUSTER_DNS_IP`] whose EndpointSlice (written here, as an
+/// addon manager would for an endpoint outside the pod network) names the hub address.
+fn start_cluster_dns(api: &KubeApiserver, hub_ip: Ipv4Addr) -> ClusterDns {
+    let upstream = FakeUpstream::start(Vec::new());
+    let kube_dns = KubeDns::start_at(api, Some(SocketAddr::from((hub_ip, 53))), upstream.addr, &[]);
+    let objects = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: kube-system}}\n---\n\
+         apiVersion: v1\nkind: Service\n\
+         metadata: {{name: kube-dns, namespace: kube-system, labels: {{k8s-app: kube-dns}}}}\n\
+         spec:\n  clusterIP: {CLUSTER_DNS_IP}\n  ports:\n\
+         \x20 - {{name: dns, port: 53, protocol: UDP, targetPort: 53}}\n\
+         \x20 - {{name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata:\n  name: kube-dns-e2e\n  namespace: kube-system\n  labels:\n\
+         \x20   kubernetes.io/service-name: kube-dns\n\
+         \x20   endpointslice.kubernetes.io/managed-by: e2e\n\
+         addressType: IPv4\nports:\n\
+         - {{name: dns, port: 53, protocol: UDP}}\n\
+         - {{name: dns-tcp, port: 53, protocol: TCP}}\n\
+         endpoints:\n- addresses: [\"{hub_ip}\"]\n  conditions: {{ready: true}}\n"
+    );
+    // kube-system may be created by the API server at the same moment: retry.
+    wait_for(
+        "the kube-dns Service and EndpointSlice created",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let out = api.kubectl_stdin(&["apply", "-f", "-"], &objects);
+            if !out.status.success() {
+                eprintln!("applying the kube-dns Service: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            out.status.success().then_some(())
+        },
+    );
+    ClusterDns { kube_dns, upstream }
+}
+
+impl NodeCluster {
+    /// The state of the Service path, for a failure message: pods, Services,
+    /// EndpointSlices, and per node kube-proxy's log tail, its rules and the routes; the
+    /// kube-dns log tail.
+    pub fn service_diagnostics(&self) -> String {
+        let mut s = String::new();
+        for args in [
+            &["get", "pods", "-A", "-o", "wide"][..],
+            &["get", "services", "-A", "-o", "wide"],
+            &["get", "endpointslices", "-A", "-o", "yaml"],
+        ] {
+            let out = self.api.kubectl(args);
+            s.push_str(&format!(
+                "--- kubectl {}\n{}{}\n",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        for n in &self.nodes {
+            if let Some(kp) = &n.kube_proxy {
+                // Its -v=2 debug lines (client requests) would bury the rest.
+                let log = std::fs::read_to_string(&kp.log).unwrap_or_default();
+                let lines: Vec<&str> =
+                    log.lines().filter(|l| !l.starts_with('D') && !l.starts_with('T')).collect();
+                let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+                s.push_str(&format!("--- {} kube-proxy log (info and above)\n{tail}\n", n.name));
+            }
+            for cmd in [&["ip", "route"][..], &["nft", "list", "ruleset"], &["iptables-save"]] {
+                let out = n.exec(cmd);
+                s.push_str(&format!(
+                    "--- {} {}\n{}{}",
+                    n.name,
+                    cmd.join(" "),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        if let Some(dns) = &self.dns {
+            s.push_str(&format!("--- kube-dns log\n{}\n", dns.kube_dns.log_tail(60)));
+        }
+        s
+    }
 }

@@ -13,7 +13,7 @@
 //! would send: connections to ClusterIPs, NodePorts, the healthCheckNodePort, a UDP
 //! conversation across a backend change, an established connection across a kube-proxy
 //! restart; then the other mode takes over (removing this mode's rules) and `--cleanup`
-//! removes everything. Real pods across nodes are in `kube_proxy_pods.rs`.
+//! removes everything. Real pods across nodes are in `services.rs`.
 //!
 //! Needs root, iproute2, nftables, iptables and prometheus's `promtool`
 //! (hack/install-deps.sh); a missing prerequisite fails.
