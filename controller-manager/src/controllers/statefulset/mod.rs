@@ -266,6 +266,19 @@ impl Controller {
     ) -> Result<Revisions, Error> {
         let ns = set.metadata.namespace.clone().unwrap_or_default();
         let api = self.rev_api(&ns);
+        // The revision the status names may be one this controller created moments ago and
+        // the informer has not delivered yet: read it, or the new template's revision would
+        // be numbered as the first and taken for the current one too (pods never updated).
+        let current_name = set.status.as_ref().and_then(|s| s.current_revision.clone());
+        let mut owned: Vec<ControllerRevision> = revisions.to_vec();
+        if let Some(name) = current_name.as_deref()
+            && !owned.iter().any(|r| r.metadata.name.as_deref() == Some(name))
+            && let Some(rev) = api.get_opt(name).await?
+        {
+            owned.push(rev);
+            owned.sort_by(history::by_revision);
+        }
+        let revisions = owned.as_slice();
         let mut collision_count = set.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
         let template = set.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
         let next = history::next_revision(revisions);
@@ -288,7 +301,6 @@ impl Controller {
                 history::create(&api, &name_of(&set.metadata), &candidate, &mut collision_count).await?
             }
         };
-        let current_name = set.status.as_ref().and_then(|s| s.current_revision.clone());
         let current = revisions
             .iter()
             .find(|r| r.metadata.name.is_some() && r.metadata.name == current_name)
