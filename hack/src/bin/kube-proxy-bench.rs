@@ -197,10 +197,20 @@ async fn populate(a: PopulateArgs) -> anyhow::Result<()> {
 
     let services = Api::<Service>::namespaced(client.clone(), NS);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), NS);
-    let have_svc: BTreeSet<String> =
-        services.list(&ListParams::default()).await?.items.into_iter().filter_map(|s| s.metadata.name).collect();
-    let have_slice: BTreeSet<String> =
-        slices.list(&ListParams::default()).await?.items.into_iter().filter_map(|s| s.metadata.name).collect();
+    let have_svc: BTreeSet<String> = services
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    let have_slice: BTreeSet<String> = slices
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
     let todo: Vec<usize> = (0..a.services)
         .filter(|i| !have_svc.contains(&format!("svc-{i}")) || !have_slice.contains(&format!("svc-{i}-0")))
         .collect();
@@ -339,7 +349,11 @@ async fn scrape(addr: &str) -> anyhow::Result<Scrape> {
     tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf);
     let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
-    ensure!(head.starts_with("HTTP/1.") && head.contains(" 200"), "metrics: {}", head.lines().next().unwrap_or(""));
+    ensure!(
+        head.starts_with("HTTP/1.") && head.contains(" 200"),
+        "metrics: {}",
+        head.lines().next().unwrap_or("")
+    );
     let mut m = HashMap::new();
     for line in body.lines() {
         if line.starts_with('#') || line.trim().is_empty() {
@@ -370,8 +384,11 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
 /// Prometheus' histogram_quantile over the difference of two scrapes.
 fn histogram_quantile(before: &Scrape, after: &Scrape, name: &str, q: f64) -> f64 {
     let b0: HashMap<u64, f64> = before.buckets(name).into_iter().map(|(le, v)| (le.to_bits(), v)).collect();
-    let b: Vec<(f64, f64)> =
-        after.buckets(name).into_iter().map(|(le, v)| (le, v - b0.get(&le.to_bits()).copied().unwrap_or(0.0))).collect();
+    let b: Vec<(f64, f64)> = after
+        .buckets(name)
+        .into_iter()
+        .map(|(le, v)| (le, v - b0.get(&le.to_bits()).copied().unwrap_or(0.0)))
+        .collect();
     let Some(&(_, total)) = b.last() else { return f64::NAN };
     if total <= 0.0 {
         return f64::NAN;
@@ -399,8 +416,14 @@ enum Job {
 }
 
 fn run_cmd(args: &[String]) -> anyhow::Result<String> {
-    let out = Command::new(&args[0]).args(&args[1..]).output().with_context(|| format!("running {}", args[0]))?;
-    ensure!(out.status.success(), "{} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    let out =
+        Command::new(&args[0]).args(&args[1..]).output().with_context(|| format!("running {}", args[0]))?;
+    ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
@@ -522,17 +545,17 @@ impl Row {
     }
 }
 
-
-
-
 /// The first `family=Ip full=true` sync in kube-proxy's log: (time of day in seconds, its
 /// duration in seconds). The histograms mix both families (the IPv6 proxier syncs too).
 fn first_ipv4_full_sync(log: &Path) -> Option<(f64, f64)> {
     let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().find(|l| l.contains("SyncProxyRules complete") && l.contains(" family=Ip ") && l.contains(" full=true"))?;
+    let line = text.lines().find(|l| {
+        l.contains("SyncProxyRules complete") && l.contains(" family=Ip ") && l.contains(" full=true")
+    })?;
     let tod = line.split_whitespace().nth(1)?;
     let mut it = tod.split(':');
-    let (h, m, sec): (f64, f64, f64) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    let (h, m, sec): (f64, f64, f64) =
+        (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
     let el = line.split_whitespace().find_map(|w| w.strip_prefix("elapsed="))?;
     let secs = if let Some(v) = el.strip_suffix("ms") {
         v.parse::<f64>().ok()? / 1e3
@@ -568,7 +591,8 @@ async fn measure(a: MeasureArgs) -> anyhow::Result<()> {
     // of the Services we will update.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let tx = netns_thread(&a.netns)?;
-    let ids: Vec<usize> = (0..UPDATED_SERVICES.min(a.services)).map(|k| k * a.services / UPDATED_SERVICES).collect();
+    let ids: Vec<usize> =
+        (0..UPDATED_SERVICES.min(a.services)).map(|k| k * a.services / UPDATED_SERVICES).collect();
     let mut current: HashMap<usize, Vec<Ipv4Addr>> = HashMap::new();
     for &i in &ids {
         let s = slices.get(&format!("svc-{i}-0")).await?;
@@ -702,14 +726,18 @@ async fn verify(
             } else {
                 format!("--to-destination {ip}:{TARGET_PORT}")
             };
-            ensure!(listing.contains(&needle), "{mode}: {NS}/svc-{i}'s endpoint {ip} is not in the kernel ({needle:?})");
+            ensure!(
+                listing.contains(&needle),
+                "{mode}: {NS}/svc-{i}'s endpoint {ip} is not in the kernel ({needle:?})"
+            );
         }
     }
     Ok(())
 }
 
 fn report(a: &ReportArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.results).with_context(|| format!("reading {}", a.results.display()))?;
+    let text =
+        std::fs::read_to_string(&a.results).with_context(|| format!("reading {}", a.results.display()))?;
     let rows: Vec<Row> = text.lines().filter_map(Row::parse).collect();
     if rows.is_empty() {
         bail!("no results in {}", a.results.display());
@@ -806,8 +834,7 @@ fn report(a: &ReportArgs) -> anyhow::Result<()> {
          lat = kp = trigger-time annotation (set when the PATCH is sent) -> end of the sync that wrote it ({} updates \
          per run{}); hist p99 = that histogram (0.25s buckets); cpu = kube-proxy \
          user+sys seconds until the first sync and for the whole run; RSS = VmHWM.",
-        rows[0].updates,
-        ""
+        rows[0].updates, ""
     );
     Ok(())
 }
