@@ -83,13 +83,22 @@ pub fn json(s: &str) -> serde_json::Value {
 }
 
 /// Waits until `f` returns Some, polling every `every`, or panics after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: Duration, every: Duration, f: impl FnMut() -> Option<T>) -> T {
+    try_wait_for(timeout, every, f)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Polls `f` every `every` until it returns Some; None once `timeout` has passed (for
+/// callers that report the last state they saw themselves).
+pub fn try_wait_for<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
-            return v;
+            return Some(v);
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        if Instant::now() >= deadline {
+            return None;
+        }
         std::thread::sleep(every);
     }
 }
