@@ -157,7 +157,7 @@ fn kernel_accepts_and_lists_what_we_write() {
         "172.30.0.42 . udp . 53 comment \"ns1/svc2:p\" : goto reject-chain",
         "sctp . 30443 : goto external-",
         "tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
-        "numgen random mod 2 vmap { 0 : goto endpoint-",
+        "numgen random mod 2 0 goto endpoint-",
         "meta l4proto tcp dnat to 10.180.0.1:8080",
         "meta l4proto sctp dnat to 10.180.0.3:443",
         "update @affinity-",

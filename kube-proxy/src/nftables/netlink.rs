@@ -58,27 +58,20 @@ const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_DATA_TYPE: u16 = 6;
 const NFTA_SET_DATA_LEN: u16 = 7;
-const NFTA_SET_DESC: u16 = 9;
 const NFTA_SET_ID: u16 = 10;
 const NFTA_SET_TIMEOUT: u16 = 11;
 const NFTA_SET_USERDATA: u16 = 13;
-const NFTA_SET_DESC_SIZE: u16 = 1;
 
-const NFT_SET_ANONYMOUS: u32 = 0x1;
-const NFT_SET_CONSTANT: u32 = 0x2;
 const NFT_SET_MAP: u32 = 0x8;
 const NFT_SET_TIMEOUT: u32 = 0x10;
 const NFT_SET_EVAL: u32 = 0x20;
 const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
-/// nft's `integer` datatype, the key of a numgen map.
-const TYPE_INTEGER: u32 = 4;
 /// Concatenated datatypes: each part shifts the ones before it left by this many bits.
 const TYPE_BITS: u32 = 6;
 
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
@@ -94,14 +87,10 @@ const NFT_JUMP: i32 = -3;
 const NFT_GOTO: i32 = -4;
 const NFT_RETURN: i32 = -5;
 
-/// libnftnl's user-data TLVs, read back by `nft list` for comments and byte order.
+/// libnftnl's user-data TLVs, read back by `nft list` for comments.
 const UDATA_COMMENT: u8 = 0; // NFTNL_UDATA_{TABLE,CHAIN,RULE}_COMMENT, NFTNL_UDATA_SET_ELEM_COMMENT
-const UDATA_SET_KEYBYTEORDER: u8 = 0;
 const UDATA_SET_COMMENT: u8 = 7;
-const BYTEORDER_HOST_ENDIAN: u32 = 1;
 
-/// Elements per NEWSETELEM message are limited by the 64 KiB of a netlink attribute.
-const ELEMENTS_ATTR_BUDGET: usize = 60_000;
 /// How long the kernel may take to answer a batch; a full sync of a large cluster
 /// commits hundreds of thousands of objects.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -129,13 +118,6 @@ impl Reg {
 pub enum CmpOp {
     Eq,
     Neq,
-}
-
-/// An anonymous constant verdict map created with the rule that uses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnonMap {
-    /// The verdict for key 0, 1, 2, ...
-    pub targets: Vec<Verdict>,
 }
 
 /// nf_tables expressions, as the kernel executes them.
@@ -169,13 +151,13 @@ pub enum Expr {
         mask: Vec<u8>,
         xor: Vec<u8>,
     },
-    /// A set lookup (a match), or with `verdict` a verdict map lookup; `anon` for a map
-    /// created with the rule.
+    /// A named set lookup (a match), or with `verdict` a verdict map lookup. There are
+    /// deliberately no anonymous sets: binding one walks the kernel's whole pending
+    /// transaction (`nft_set_trans_bind`), which made a sync with one per Service quadratic.
     Lookup {
         sreg: Reg,
         set: String,
         verdict: bool,
-        anon: Option<AnonMap>,
     },
     Immediate {
         dreg: Reg,
@@ -213,7 +195,7 @@ pub struct Netlink {
     family: Family,
     table: String,
     sock: Socket,
-    /// Transaction-unique ids of the anonymous sets of a batch.
+    /// Transaction-unique ids (NFTA_SET_ID) of the sets a batch creates.
     next_set_id: u32,
 }
 
@@ -581,20 +563,12 @@ impl Encoder<'_> {
         for stmt in &rule.stmts {
             stmt.lower(self.family, &mut exprs);
         }
-        // Anonymous maps must exist before the rule that binds them.
-        let mut anon_ids = Vec::new();
-        for e in &exprs {
-            if let Expr::Lookup { anon: Some(map), .. } = e {
-                anon_ids.push(self.anon_map(map, i));
-            }
-        }
         self.begin(NFT_MSG_NEWRULE, nl::NLM_F_CREATE | nl::NLM_F_APPEND, i);
         self.b.attr_str(NFTA_RULE_TABLE, self.table);
         self.b.attr_str(NFTA_RULE_CHAIN, &rule.chain);
         self.b.nest_begin(NFTA_RULE_EXPRESSIONS);
-        let mut anon = anon_ids.into_iter();
         for e in &exprs {
-            self.expr(e, &mut anon);
+            self.expr(e);
         }
         self.b.nest_end();
         if let Some(c) = &rule.comment {
@@ -607,51 +581,7 @@ impl Encoder<'_> {
         Ok(())
     }
 
-    /// Creates an anonymous constant verdict map keyed 0..n (host-order integers, as numgen
-    /// produces), returning its transaction id.
-    fn anon_map(&mut self, map: &AnonMap, i: usize) -> u32 {
-        *self.next_set_id = self.next_set_id.wrapping_add(1);
-        let id = *self.next_set_id;
-        self.begin(NFT_MSG_NEWSET, nl::NLM_F_CREATE, i);
-        self.b.attr_str(NFTA_SET_TABLE, self.table);
-        self.b.attr_str(NFTA_SET_NAME, "__map%d");
-        self.b.attr_be32(NFTA_SET_FLAGS, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP);
-        self.b.attr_be32(NFTA_SET_KEY_TYPE, TYPE_INTEGER);
-        self.b.attr_be32(NFTA_SET_KEY_LEN, 4);
-        self.b.attr_be32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT);
-        self.b.attr_be32(NFTA_SET_DATA_LEN, 0);
-        self.b.nest_begin(NFTA_SET_DESC);
-        self.b.attr_be32(NFTA_SET_DESC_SIZE, map.targets.len() as u32);
-        self.b.nest_end();
-        self.b.attr_be32(NFTA_SET_ID, id);
-        self.b.attr(NFTA_SET_USERDATA, &udata(UDATA_SET_KEYBYTEORDER, &BYTEORDER_HOST_ENDIAN.to_ne_bytes()));
-        self.b.end();
-
-        let mut n = 0;
-        while n < map.targets.len() {
-            self.begin(NFT_MSG_NEWSETELEM, nl::NLM_F_CREATE, i);
-            self.b.attr_str(NFTA_SET_ELEM_LIST_TABLE, self.table);
-            self.b.attr_str(NFTA_SET_ELEM_LIST_SET, "__map%d");
-            self.b.attr_be32(NFTA_SET_ELEM_LIST_SET_ID, id);
-            self.b.nest_begin(NFTA_SET_ELEM_LIST_ELEMENTS);
-            while n < map.targets.len() && self.b.nest_len() < ELEMENTS_ATTR_BUDGET {
-                self.b.nest_begin(NFTA_LIST_ELEM);
-                self.b.nest_begin(NFTA_SET_ELEM_KEY);
-                self.b.attr(NFTA_DATA_VALUE, &(n as u32).to_ne_bytes());
-                self.b.nest_end();
-                self.b.nest_begin(NFTA_SET_ELEM_DATA);
-                self.verdict(&map.targets[n]);
-                self.b.nest_end();
-                self.b.nest_end();
-                n += 1;
-            }
-            self.b.nest_end();
-            self.b.end();
-        }
-        id
-    }
-
-    fn expr(&mut self, e: &Expr, anon: &mut impl Iterator<Item = u32>) {
+    fn expr(&mut self, e: &Expr) {
         const DREG: u16 = 1;
         let b = &mut self.b;
         let begin = |b: &mut Builder, name: &str| {
@@ -711,15 +641,9 @@ impl Encoder<'_> {
                 data_value(b, 5, xor); // NFTA_BITWISE_XOR
                 end(b);
             }
-            Expr::Lookup { sreg, set, verdict, anon: anon_map } => {
+            Expr::Lookup { sreg, set, verdict } => {
                 begin(b, "lookup");
-                match anon_map {
-                    Some(_) => {
-                        b.attr_str(1, "__map%d"); // NFTA_LOOKUP_SET
-                        b.attr_be32(4, anon.next().expect("an id per anonymous map")); // NFTA_LOOKUP_SET_ID
-                    }
-                    None => b.attr_str(1, set),
-                }
+                b.attr_str(1, set); // NFTA_LOOKUP_SET
                 b.attr_be32(2, sreg.number()); // NFTA_LOOKUP_SREG
                 if *verdict {
                     b.attr_be32(3, Reg::Verdict.number()); // NFTA_LOOKUP_DREG

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::netlink::{AnonMap, CmpOp, Expr, Reg};
+use super::netlink::{CmpOp, Expr, Reg};
 use super::{Family, Protocol, Verdict};
 
 /// Which address of the packet a statement looks at.
@@ -58,8 +58,11 @@ pub enum Stmt {
     DaddrProtoPortVmap(String),
     /// `meta l4proto . th dport vmap @map`
     ProtoPortVmap(String),
-    /// `numgen random mod N vmap { 0 : goto a, 1 : goto b, ... }`: one of the chains at random.
-    NumgenVmap(Vec<String>),
+    /// `numgen random mod N 0`: true with probability 1/N. A Service chain picks among
+    /// N endpoints with rules `numgen random mod N-i 0 goto endpoint_i` (as iptables mode's
+    /// `statistic` matches), not with upstream's `numgen ... vmap { ... }`: each such
+    /// anonymous map costs a walk of the whole kernel transaction when it is bound.
+    NumgenPick(u32),
     /// `mark set mark or 0x4000`
     MarkSetOr(u32),
     /// `mark set mark xor 0x4000`
@@ -98,7 +101,6 @@ impl Stmt {
     pub fn targets(&self) -> Vec<&str> {
         match self {
             Stmt::Verdict(v) => v.target().into_iter().collect(),
-            Stmt::NumgenVmap(chains) => chains.iter().map(String::as_str).collect(),
             _ => Vec::new(),
         }
     }
@@ -141,11 +143,7 @@ impl Stmt {
             Stmt::MarkUnset(m) => format!("mark and {m:#08x} == 0"),
             Stmt::DaddrProtoPortVmap(map) => format!("{ip} daddr . meta l4proto . th dport vmap @{map}"),
             Stmt::ProtoPortVmap(map) => format!("meta l4proto . th dport vmap @{map}"),
-            Stmt::NumgenVmap(chains) => {
-                let elems: Vec<String> =
-                    chains.iter().enumerate().map(|(i, c)| format!("{i} : goto {c}")).collect();
-                format!("numgen random mod {} vmap {{ {} }}", chains.len(), elems.join(" , "))
-            }
+            Stmt::NumgenPick(n) => format!("numgen random mod {n} 0"),
             Stmt::MarkSetOr(m) => format!("mark set mark or {m:#08x}"),
             Stmt::MarkSetXor(m) => format!("mark set mark xor {m:#08x}"),
             Stmt::Masquerade => "masquerade fully-random".into(),
@@ -189,7 +187,7 @@ impl Stmt {
             Stmt::AddrInSet { dir, set } => {
                 let (offset, bytes) = addr_payload(family, *dir);
                 out.push(Expr::Payload { dreg: r, base: NETWORK_HEADER, offset, len: bytes });
-                out.push(Expr::Lookup { sreg: r, set: set.clone(), verdict: false, anon: None });
+                out.push(Expr::Lookup { sreg: r, set: set.clone(), verdict: false });
             }
             Stmt::L4Proto(p) => {
                 out.push(Expr::MetaLoad { key: META_L4PROTO, dreg: r });
@@ -235,23 +233,16 @@ impl Stmt {
                     offset: 2,
                     len: 2,
                 });
-                out.push(Expr::Lookup { sreg: Reg::R32(0), set: map.clone(), verdict: true, anon: None });
+                out.push(Expr::Lookup { sreg: Reg::R32(0), set: map.clone(), verdict: true });
             }
             Stmt::ProtoPortVmap(map) => {
                 out.push(Expr::MetaLoad { key: META_L4PROTO, dreg: Reg::R32(0) });
                 out.push(Expr::Payload { dreg: Reg::R32(1), base: TRANSPORT_HEADER, offset: 2, len: 2 });
-                out.push(Expr::Lookup { sreg: Reg::R32(0), set: map.clone(), verdict: true, anon: None });
+                out.push(Expr::Lookup { sreg: Reg::R32(0), set: map.clone(), verdict: true });
             }
-            Stmt::NumgenVmap(chains) => {
-                out.push(Expr::NumgenRandom { dreg: r, modulus: chains.len() as u32 });
-                out.push(Expr::Lookup {
-                    sreg: r,
-                    set: String::new(),
-                    verdict: true,
-                    anon: Some(AnonMap {
-                        targets: chains.iter().map(|c| Verdict::Goto(c.clone())).collect(),
-                    }),
-                });
+            Stmt::NumgenPick(n) => {
+                out.push(Expr::NumgenRandom { dreg: r, modulus: *n });
+                out.push(Expr::Cmp { sreg: r, op: CmpOp::Eq, data: vec![0; 4] });
             }
             Stmt::MarkSetOr(m) => {
                 out.push(Expr::MetaLoad { key: META_MARK, dreg: r });
@@ -353,10 +344,7 @@ mod tests {
         assert_eq!(Stmt::daddr("172.30.0.41".parse().unwrap()).render(f), "ip daddr 172.30.0.41");
         assert_eq!(Stmt::MarkSetOr(0x4000).render(f), "mark set mark or 0x004000");
         assert_eq!(Stmt::MarkUnset(0x4000).render(f), "mark and 0x004000 == 0");
-        assert_eq!(
-            Stmt::NumgenVmap(vec!["a".into(), "b".into()]).render(f),
-            "numgen random mod 2 vmap { 0 : goto a , 1 : goto b }"
-        );
+        assert_eq!(Stmt::NumgenPick(2).render(f), "numgen random mod 2 0");
         assert_eq!(Stmt::Dnat("fd00::1".parse().unwrap(), 80).render(Family::Ip6), "dnat to [fd00::1]:80");
         assert_eq!(Stmt::UpdateSaddr("s".into()).render(Family::Ip6), "update @s { ip6 saddr }");
     }

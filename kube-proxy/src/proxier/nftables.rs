@@ -3,7 +3,7 @@
 //! regular chains; Service dispatch is a verdict-map lookup keyed by `daddr . l4proto .
 //! dport` (`@service-ips`) or `l4proto . dport` (`@service-nodeports`), so it costs the
 //! same for ten Services or ten thousand. Each Service port has a chain picking an
-//! endpoint chain with `numgen random mod N vmap`; each endpoint chain DNATs. Services
+//! endpoint chain with one `numgen random mod N-i 0 goto` rule per endpoint; each endpoint chain DNATs. Services
 //! without endpoints are rejected (or dropped, for `Local` policies) from
 //! `@no-endpoint-services` / `@no-endpoint-nodeports` in the filter hooks.
 //!
@@ -499,7 +499,17 @@ impl NftablesBackend {
                 );
             }
         }
-        tx.add_rule(chain, vec![Stmt::NumgenVmap(eps.iter().map(|e| e.chain.clone()).collect())]);
+        // Endpoint i of N is taken with probability 1/(N-i) once 0..i were passed over:
+        // 1/N each in all.
+        let n = eps.len();
+        for (i, ep) in eps.iter().enumerate() {
+            let mut stmts = Vec::with_capacity(2);
+            if i + 1 < n {
+                stmts.push(Stmt::NumgenPick((n - i) as u32));
+            }
+            stmts.push(Stmt::goto(&ep.chain));
+            tx.add_rule(chain, stmts);
+        }
     }
 
     fn write(&mut self, ctx: &SyncContext<'_, ServiceInfo, EndpointInfo>) -> Result<SyncStats, String> {

@@ -221,7 +221,7 @@ fn overall_rules() {
 # svc1
 add chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80
 add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
-add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80 }
+add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 goto endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80
 add chain ip kube-proxy endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80
 add rule ip kube-proxy endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80 ip saddr 10.180.0.1 jump mark-for-masquerade
 add rule ip kube-proxy endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80 meta l4proto tcp dnat to 10.180.0.1:80
@@ -231,7 +231,7 @@ add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto service-UL
 # svc2: Local policy without a local endpoint; pods and the node itself still get through.
 add chain ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80
 add rule ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80 ip daddr 172.30.0.42 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
-add rule ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-SGOXE6O3-ns2/svc2/tcp/p80__10.180.0.2/80 }
+add rule ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80 goto endpoint-SGOXE6O3-ns2/svc2/tcp/p80__10.180.0.2/80
 add chain ip kube-proxy external-42NFTM6N-ns2/svc2/tcp/p80
 add rule ip kube-proxy external-42NFTM6N-ns2/svc2/tcp/p80 ip saddr 10.0.0.0/8 goto service-42NFTM6N-ns2/svc2/tcp/p80 comment "short-circuit pod traffic"
 add rule ip kube-proxy external-42NFTM6N-ns2/svc2/tcp/p80 fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"
@@ -251,7 +251,7 @@ add element ip kube-proxy no-endpoint-services { 192.168.99.22 . tcp . 80 commen
 # svc3
 add chain ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80
 add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 ip daddr 172.30.0.43 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
-add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-UEIP74TE-ns3/svc3/tcp/p80__10.180.0.3/80 }
+add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 goto endpoint-UEIP74TE-ns3/svc3/tcp/p80__10.180.0.3/80
 add chain ip kube-proxy external-4AT6LBPK-ns3/svc3/tcp/p80
 add rule ip kube-proxy external-4AT6LBPK-ns3/svc3/tcp/p80 jump mark-for-masquerade
 add rule ip kube-proxy external-4AT6LBPK-ns3/svc3/tcp/p80 goto service-4AT6LBPK-ns3/svc3/tcp/p80
@@ -265,7 +265,8 @@ add element ip kube-proxy service-nodeports { tcp . 3003 : goto external-4AT6LBP
 # svc4
 add chain ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80
 add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 ip daddr 172.30.0.44 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
-add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 numgen random mod 2 vmap { 0 : goto endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80 , 1 : goto endpoint-5RFCDDV7-ns4/svc4/tcp/p80__10.180.0.5/80 }
+add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 numgen random mod 2 0 goto endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80
+add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 goto endpoint-5RFCDDV7-ns4/svc4/tcp/p80__10.180.0.5/80
 add chain ip kube-proxy external-LAUZTJTB-ns4/svc4/tcp/p80
 add rule ip kube-proxy external-LAUZTJTB-ns4/svc4/tcp/p80 jump mark-for-masquerade
 add rule ip kube-proxy external-LAUZTJTB-ns4/svc4/tcp/p80 goto service-LAUZTJTB-ns4/svc4/tcp/p80
@@ -284,7 +285,7 @@ add set ip kube-proxy affinity-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80 { type i
 add chain ip kube-proxy service-HVFWP5L3-ns5/svc5/tcp/p80
 add rule ip kube-proxy service-HVFWP5L3-ns5/svc5/tcp/p80 ip daddr 172.30.0.45 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
 add rule ip kube-proxy service-HVFWP5L3-ns5/svc5/tcp/p80 ip saddr @affinity-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80 goto endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80
-add rule ip kube-proxy service-HVFWP5L3-ns5/svc5/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80 }
+add rule ip kube-proxy service-HVFWP5L3-ns5/svc5/tcp/p80 goto endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80
 add chain ip kube-proxy external-HVFWP5L3-ns5/svc5/tcp/p80
 add rule ip kube-proxy external-HVFWP5L3-ns5/svc5/tcp/p80 jump mark-for-masquerade
 add rule ip kube-proxy external-HVFWP5L3-ns5/svc5/tcp/p80 goto service-HVFWP5L3-ns5/svc5/tcp/p80
@@ -414,7 +415,7 @@ fn terminating_fallback_internal_local_and_topology() {
     h.sync();
     let dump = h.dump();
     // Only the serving one of the terminating endpoints is used.
-    assert!(dump.contains("numgen random mod 1 vmap { 0 : goto endpoint-"), "{dump}");
+    assert!(dump.contains("/term/tcp/ goto endpoint-") && !dump.contains("numgen"), "{dump}");
     assert!(dump.contains("dnat to 10.0.1.1:80") && !dump.contains("dnat to 10.0.1.2:80"), "{dump}");
     // internalTrafficPolicy Local with no local endpoint: dropped, not rejected.
     assert!(dump.contains("add element ip kube-proxy no-endpoint-services { 172.30.1.2 . udp . 80 comment \"ns1/itp\" : drop }"), "{dump}");
