@@ -3,20 +3,26 @@
 # no registry is reachable: localhost/pause:3.10 (the sandbox image) and
 # localhost/busybox:latest (the workload image, also tagged localhost/busybox:1.35).
 #
-#   hack/build-images.sh [--address CONTAINERD_SOCK]
+#   hack/build-images.sh [--address CONTAINERD_SOCK] [--component NAME=BINARY]...
 #
 # Output: ${IMAGES_DIR:-/var/tmp/k8s-rs-images}/{pause,busybox}.tar. Rebuilt only when
 # missing or older than this script / pause.rs / busybox, so calling it on every test run
 # is cheap. With --address it also imports both into containerd's "k8s.io" namespace (the
-# one the CRI plugin uses). Needs bash, coreutils, tar, gzip, rustc and busybox-static.
+# one the CRI plugin uses). Each --component makes localhost/NAME:$COMPONENT_TAG (default
+# "local") of one of our binaries (entrypoint /NAME; the binary without debug info plus
+# the shared libraries ldd lists) in $IMAGES_DIR/NAME.tar, imported too with --address.
+# Needs bash, coreutils, tar, gzip, rustc, busybox-static, binutils (objcopy) and ldd.
 set -euo pipefail
 
 usage() { sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 die() { echo "build-images: $*" >&2; exit 1; }
 
 ADDRESS=""
+COMPONENTS=()
 while (($#)); do
   case "$1" in
+    --component) (($# >= 2)) || die "--component needs NAME=BINARY"; COMPONENTS+=("$2"); shift 2 ;;
+    --component=*) COMPONENTS+=("${1#*=}"); shift ;;
     --address) (($# >= 2)) || die "--address needs a socket path"; ADDRESS="$2"; shift 2 ;;
     --address=*) ADDRESS="${1#*=}"; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -32,6 +38,7 @@ IMAGES_DIR="${IMAGES_DIR:-/var/tmp/k8s-rs-images}"
 PAUSE_NAME="localhost/pause:3.10"
 BUSYBOX_NAME="localhost/busybox:latest"
 BUSYBOX_VERSIONED="localhost/busybox:1.35"
+COMPONENT_TAG="${COMPONENT_TAG:-local}"
 EPOCH="1970-01-01T00:00:00Z" # fixed timestamps keep digests stable across rebuilds
 
 # OCI platform of this machine (Go's GOARCH names), from Debian's architecture name.
@@ -161,6 +168,32 @@ build_busybox() {
   rm -rf "$rootfs"
 }
 
+# build_component NAME BINARY: localhost/NAME:$COMPONENT_TAG running BINARY as /NAME.
+build_component() {
+  local name="$1" bin="$2" out="$IMAGES_DIR/$1.tar" rootfs lib
+  [[ "$name" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "--component $name: not an image name"
+  [[ -x "$bin" ]] || die "--component $name: no executable at $bin (build it first)"
+  stale "$out" "$SELF" "$bin" || return 0
+  command -v objcopy >/dev/null || die "objcopy missing: apt-get install binutils"
+  rootfs="$(mktemp -d "$IMAGES_DIR/.rootfs.XXXXXX")"
+  mkdir -p "$rootfs/etc" "$rootfs/tmp"
+  # Debug info is most of a release binary here and nothing in a container reads it.
+  objcopy --strip-debug "$bin" "$rootfs/$name"
+  # The dynamic loader and the libraries it resolves (glibc, libgcc_s), at the same paths.
+  while read -r lib; do
+    mkdir -p "$rootfs$(dirname "$lib")"
+    cp -L "$lib" "$rootfs$lib"
+  done < <(ldd "$bin" | grep -o '/[^ ]*')
+  printf '%s\n' 'root:x:0:0:root:/:/nonexistent' 'nobody:x:65534:65534:nobody:/nonexistent:/nonexistent' \
+    >"$rootfs/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'nobody:x:65534:' >"$rootfs/etc/group"
+  chmod -R u=rwX,go=rX "$rootfs"
+  chmod 0755 "$rootfs/$name"
+  chmod 1777 "$rootfs/tmp"
+  make_image "localhost/$name:$COMPONENT_TAG" "$rootfs" "{\"Entrypoint\":[\"/$name\"],\"WorkingDir\":\"/\"}" "$out"
+  rm -rf "$rootfs"
+}
+
 mkdir -p "$IMAGES_DIR"
 # Test instances run in parallel and share IMAGES_DIR: one builder at a time, the others
 # wait and then find the tarballs up to date.
@@ -169,11 +202,17 @@ if command -v flock >/dev/null; then flock 9; fi
 rm -rf "$IMAGES_DIR"/.build.* "$IMAGES_DIR"/.rootfs.* # leftovers of an interrupted run
 build_pause
 build_busybox
+TARS=("$IMAGES_DIR/pause.tar" "$IMAGES_DIR/busybox.tar")
+for c in "${COMPONENTS[@]}"; do
+  [[ "$c" == *=* ]] || die "--component $c: want NAME=BINARY"
+  build_component "${c%%=*}" "${c#*=}"
+  TARS+=("$IMAGES_DIR/${c%%=*}.tar")
+done
 exec 9>&-
 
 if [[ -n "$ADDRESS" ]]; then
   [[ -S "$ADDRESS" ]] || die "no containerd socket at $ADDRESS"
-  for tar in "$IMAGES_DIR/pause.tar" "$IMAGES_DIR/busybox.tar"; do
+  for tar in "${TARS[@]}"; do
     # The name comes from the io.containerd.image.name annotation; --all-platforms so a
     # platform mismatch in the index can never silently skip the image.
     ctr --address "$ADDRESS" -n k8s.io images import --all-platforms "$tar" >/dev/null

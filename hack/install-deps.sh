@@ -21,6 +21,8 @@ PACKAGES=(
   # (/usr/lib/cni: bridge, host-local, loopback, portmap), and busybox-static, from which
   # hack/build-images.sh makes the test image (no registry is reachable)
   containerd runc containernetworking-plugins busybox-static
+  # component images of our own binaries (build-images.sh --component): objcopy, ldd
+  binutils libc-bin
   # Service networking: nft for hostgw's masquerade table and to read kube-proxy's rules
   # back in tests (kube-proxy itself writes nftables over netlink); dig for the DNS tests
   nftables bind9-dnsutils

@@ -16,7 +16,12 @@
 #   ETCD_HOST         address etcd listens on (default 127.0.0.1)
 #   ETCD_PORT         etcd client port (default 2379); ETCD_PEER_PORT (2380)
 #   ETCD_METRICS_PORT etcd metrics port (default 2381)
-#   API_HOST          address kube-apiserver listens on (default 127.0.0.1)
+#   API_HOST          address kube-apiserver is reached at (default 127.0.0.1). When it is a
+#                     loopback address the API server listens on every address (upstream's
+#                     default --bind-address 0.0.0.0) and advertises API_ADVERTISE_ADDRESS
+#   API_ADVERTISE_ADDRESS  the kubernetes Service's endpoint, which pods reach through
+#                     kube-proxy: API_HOST unless that is loopback, else 10.89.255.1, which
+#                     this script adds to lo (this kernel has no dummy links)
 #   API_SECURE_PORT   kube-apiserver port (default 6443)
 #   SCHEDULER_HOST    address kube-scheduler serves on (default 127.0.0.1); SCHEDULER_SECURE_PORT (10259)
 #   CONTROLLER_MANAGER_HOST  address kube-controller-manager serves on (default 127.0.0.1);
@@ -35,12 +40,13 @@
 #   NODE_NET_PREFIX   first three octets of the nodes' network (default 10.89.0)
 #   KUBE_PROXY_MODE   kube-proxy's mode on every node: nftables (default) or iptables; empty
 #                     runs no kube-proxy
-#   ENABLE_CLUSTER_DNS  true (default): kube-dns behind the kube-dns Service, pods resolve
+#   ENABLE_CLUSTER_DNS  true (default): the DNS addon (cluster/addons/dns: our kube-dns as a
+#                     Deployment in kube-system behind the kube-dns Service, image
+#                     localhost/kube-dns:local built from the binary); pods resolve
 #                     <service>.<namespace>.svc.$DNS_DOMAIN
 #   DNS_SERVER_IP     the kube-dns Service's ClusterIP, the kubelets' clusterDNS (default 10.0.0.10)
 #   DNS_DOMAIN        the cluster domain (default cluster.local)
-#   DNS_HOST          the address kube-dns serves on, added to this host's lo
-#                     (default 10.89.255.53); the kube-dns Service's endpoint
+#   DNS_REPLICAS      kube-dns servers (default 2, as kubeadm's CoreDNS)
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 #   LOCAL_UP_BIN_DIR  run the binaries in this directory instead of building (e.g. a copy
 #                     kept stable while the tree changes, as hack/conformance.sh can use)
@@ -60,6 +66,14 @@ HOST_NODE_IP=127.0.0.1
 ((NODES > 1)) && HOST_NODE_IP="$NODE_NET_PREFIX.1"
 API_HOST="${API_HOST:-$HOST_NODE_IP}"
 API_SECURE_PORT="${API_SECURE_PORT:-6443}"
+API_BIND_ADDRESS="$API_HOST"
+API_LO_ADDRESS=""
+if [[ "$API_HOST" == 127.* ]]; then
+  API_BIND_ADDRESS=0.0.0.0
+  API_ADVERTISE_ADDRESS="${API_ADVERTISE_ADDRESS:-10.89.255.1}"
+  API_LO_ADDRESS="$API_ADVERTISE_ADDRESS"
+fi
+API_ADVERTISE_ADDRESS="${API_ADVERTISE_ADDRESS:-$API_HOST}"
 SCHEDULER_HOST="${SCHEDULER_HOST:-127.0.0.1}"
 SCHEDULER_SECURE_PORT="${SCHEDULER_SECURE_PORT:-10259}"
 CONTROLLER_MANAGER_HOST="${CONTROLLER_MANAGER_HOST:-127.0.0.1}"
@@ -77,7 +91,7 @@ KUBE_PROXY_MODE="${KUBE_PROXY_MODE-nftables}"
 ENABLE_CLUSTER_DNS="${ENABLE_CLUSTER_DNS:-true}"
 DNS_SERVER_IP="${DNS_SERVER_IP:-10.0.0.10}"
 DNS_DOMAIN="${DNS_DOMAIN:-cluster.local}"
-DNS_HOST="${DNS_HOST:-10.89.255.53}"
+DNS_REPLICAS="${DNS_REPLICAS:-2}"
 if [[ "$ENABLE_CLUSTER_DNS" == true && -z "$KUBE_PROXY_MODE" ]]; then
   echo "local-up-cluster: cluster DNS is reached through its Service: it needs kube-proxy (KUBE_PROXY_MODE)" >&2
   exit 1
@@ -129,9 +143,9 @@ cleanup() {
   for ns in "${NETNS[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
   ((NODES > 1)) && ip link delete k8srsnodes 2>/dev/null || true
   [[ -x "$BIN/hostgw" ]] && "$BIN/hostgw" --cleanup >/dev/null 2>&1 || true
-  # kube-proxy's rules on this host (both modes'), and kube-dns's address.
+  # kube-proxy's rules on this host (both modes'), and the API server's address on lo.
   [[ -n "$KUBE_PROXY_MODE" && -x "$BIN/kube-proxy" ]] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
-  ip addr delete "$DNS_HOST/32" dev lo 2>/dev/null || true
+  [[ -n "$API_LO_ADDRESS" ]] && ip addr delete "$API_LO_ADDRESS/32" dev lo 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -239,8 +253,8 @@ for ((k = 2; k <= NODES; k++)); do
   grep -q ",$user," "$LOCAL_UP_DIR/tokens.csv" || echo "$(new_token),$user,$user,system:nodes" >>"$LOCAL_UP_DIR/tokens.csv"
 done
 # kube-proxy as upstream's system:kube-proxy (bound to system:node-proxier by the bootstrap
-# policy); kube-dns as a user of its own, bound below to what it watches.
-for user in system:kube-proxy system:kube-dns; do
+# policy).
+for user in system:kube-proxy; do
   grep -q ",$user," "$LOCAL_UP_DIR/tokens.csv" || echo "$(new_token),$user,$user" >>"$LOCAL_UP_DIR/tokens.csv"
 done
 token_of() { grep ",$1," "$LOCAL_UP_DIR/tokens.csv" | cut -d, -f1; }
@@ -263,9 +277,11 @@ if [[ ! -s "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" ]]; then
     -out "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" 2>/dev/null
   chmod 600 "$LOCAL_UP_DIR"/certs/*.key
 fi
+[[ -n "$API_LO_ADDRESS" ]] && ip addr replace "$API_LO_ADDRESS/32" dev lo
 "$BIN/kube-apiserver" \
   --etcd-servers="$ETCD_CLIENT_URL" \
-  --bind-address="$API_HOST" \
+  --bind-address="$API_BIND_ADDRESS" \
+  --advertise-address="$API_ADVERTISE_ADDRESS" \
   --secure-port="$API_SECURE_PORT" \
   --cert-dir="$LOCAL_UP_DIR/certs" \
   --token-auth-file="$LOCAL_UP_DIR/tokens.csv" \
@@ -309,7 +325,6 @@ kubeconfig scheduler system:kube-scheduler
 kubeconfig controller system:kube-controller-manager
 kubeconfig kubelet "system:node:$HOSTNAME_OVERRIDE"
 kubeconfig kube-proxy system:kube-proxy
-kubeconfig kube-dns system:kube-dns
 
 # kube-scheduler, as system:kube-scheduler (the bootstrap RBAC policy's scheduler roles).
 "$BIN/kube-scheduler" \
@@ -511,75 +526,23 @@ for ((k = 2; k <= NODES; k++)); do
   start_provisioner "$HOSTNAME_OVERRIDE-node$k" "$LOCAL_UP_DIR/node$k"
 done
 
-# Cluster DNS: kube-dns on this host, on $DNS_HOST (an address on lo, which every node's pods
-# reach through their node's default route; this kernel has no dummy links), behind the kube-dns Service at $DNS_SERVER_IP
-# (selector-less; its EndpointSlice names $DNS_HOST), so pods resolve through kube-proxy as in
-# a cluster whose DNS runs as a Deployment. Names outside $DNS_DOMAIN go to this host's
-# resolvers (/etc/resolv.conf).
+# Cluster DNS: the addon in cluster/addons/dns, kube-dns as a Deployment behind the kube-dns
+# Service at $DNS_SERVER_IP, from an image of $BIN/kube-dns imported into every node's
+# containerd. It reaches the API server through the kubernetes Service (in-cluster config)
+# and forwards names outside $DNS_DOMAIN to its node's resolvers (dnsPolicy Default).
 if [[ "$ENABLE_CLUSTER_DNS" == true ]]; then
-  ip addr replace "$DNS_HOST/32" dev lo
-  KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl apply -f - >/dev/null <<DNS
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: system:coredns
-rules:
-- apiGroups: [""]
-  resources: [endpoints, services, pods, namespaces]
-  verbs: [list, watch]
-- apiGroups: [discovery.k8s.io]
-  resources: [endpointslices]
-  verbs: [list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: system:coredns
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-dns}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: kube-dns
-  namespace: kube-system
-  labels: {k8s-app: kube-dns, kubernetes.io/name: KubeDNS}
-spec:
-  clusterIP: $DNS_SERVER_IP
-  ports:
-  - {name: dns, port: 53, protocol: UDP}
-  - {name: dns-tcp, port: 53, protocol: TCP}
-  - {name: metrics, port: 9153, protocol: TCP}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: kube-dns-local-up
-  namespace: kube-system
-  labels:
-    kubernetes.io/service-name: kube-dns
-    endpointslice.kubernetes.io/managed-by: local-up-cluster.k8s-rs.io
-addressType: IPv4
-endpoints:
-- addresses: [$DNS_HOST]
-  conditions: {ready: true}
-  nodeName: $HOSTNAME_OVERRIDE
-ports:
-- {name: dns, port: 53, protocol: UDP}
-- {name: dns-tcp, port: 53, protocol: TCP}
-- {name: metrics, port: 9153, protocol: TCP}
-DNS
-  "$BIN/kube-dns" \
-    --kubeconfig="$LOCAL_UP_DIR/kube-dns.kubeconfig" \
-    --domain="$DNS_DOMAIN" \
-    --dns-bind-address="$DNS_HOST" \
-    --metrics-bind-address="$DNS_HOST:9153" \
-    --health-bind-address="127.0.0.1:8080" \
-    --ready-bind-address="127.0.0.1:8181" \
-    >"$LOCAL_UP_DIR/logs/kube-dns.log" 2>&1 &
-  PIDS+=($!)
-  wait_up kube-dns "http://127.0.0.1:8181/ready"
+  while read -r sock; do
+    hack/build-images.sh --address "$sock" --component "kube-dns=$BIN/kube-dns" >/dev/null
+  done <"$LOCAL_UP_DIR/containerd-sockets"
+  sed -e "s|__DNS__DOMAIN__|$DNS_DOMAIN|g" -e "s|__DNS__SERVER__|$DNS_SERVER_IP|g" \
+    -e "s|__DNS__IMAGE__|localhost/kube-dns:local|g" -e "s|__DNS__REPLICAS__|$DNS_REPLICAS|g" \
+    cluster/addons/dns/kube-dns.yaml.in >"$LOCAL_UP_DIR/kube-dns.yaml"
+  KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl apply -f "$LOCAL_UP_DIR/kube-dns.yaml" >/dev/null
+  if ! KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl -n kube-system rollout status deployment/kube-dns --timeout=180s >/dev/null; then
+    echo "local-up-cluster: kube-dns did not become ready; kubectl -n kube-system describe pods -l k8s-app=kube-dns:" >&2
+    KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl -n kube-system describe pods -l k8s-app=kube-dns >&2 || true
+    exit 1
+  fi
 fi
 
 cat <<INFO
@@ -595,7 +558,7 @@ Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
                   static pods: $LOCAL_UP_DIR/manifests; images: localhost/busybox:latest
   kube-proxy      mode ${KUBE_PROXY_MODE:-(none)} on every node; healthz http://127.0.0.1:10256/healthz,
                   metrics http://127.0.0.1:10249/metrics (in each node's network namespace)
-  cluster DNS     $( [[ "$ENABLE_CLUSTER_DNS" == true ]] && echo "kube-dns on $DNS_HOST, Service kube-system/kube-dns $DNS_SERVER_IP; pods resolve
+  cluster DNS     $( [[ "$ENABLE_CLUSTER_DNS" == true ]] && echo "Deployment kube-system/kube-dns, Service kube-system/kube-dns $DNS_SERVER_IP; pods resolve
                   <service>.<namespace>.svc.$DNS_DOMAIN (and <service> in their namespace)" || echo "off")
   storage         default StorageClass "standard" (local-path, WaitForFirstConsumer): volumes under
                   $LOCAL_UP_DIR/local-path

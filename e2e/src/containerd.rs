@@ -91,6 +91,26 @@ impl Containerd {
         c
     }
 
+    /// Builds the image of one of our binaries (`hack/build-images.sh --component`) and
+    /// imports it here, returning its name (`localhost/<name>:local`).
+    pub fn import_component(&self, name: &str) -> String {
+        let out = Command::new("bash")
+            .arg(hack("build-images.sh"))
+            .arg("--address")
+            .arg(&self.socket)
+            .arg("--component")
+            .arg(format!("{name}={}", crate::bin(name).display()))
+            .output()
+            .expect("build-images.sh");
+        assert!(
+            out.status.success(),
+            "build-images.sh --component {name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        format!("localhost/{name}:local")
+    }
+
     /// `ctr` against this instance, in the CRI's `k8s.io` namespace.
     pub fn ctr(&self, args: &[&str]) -> std::process::Output {
         Command::new("ctr")

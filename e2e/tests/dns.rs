@@ -445,3 +445,81 @@ fn pods_get_resolv_conf_by_dns_policy_and_resolve_services() {
     drop(dns);
     drop(kubelet);
 }
+
+/// The DNS addon as a cluster runs it (`cluster/addons/dns/kube-dns.yaml.in`, what
+/// `hack/local-up-cluster.sh` applies): kube-dns from its own image as a Deployment in
+/// kube-system, reaching the API server through the `kubernetes` Service with its service
+/// account, behind the `kube-dns` Service that is the kubelet's clusterDNS. A pod resolves
+/// a Service by its short name through it, and the Deployment's pods are Ready by their
+/// readiness probe (kube-dns's /ready, true once its watches have listed).
+#[test]
+fn addon_deployment_serves_the_cluster() {
+    use e2e::containerd::BUSYBOX;
+    use e2e::nodes::{CLUSTER_DNS_IP, ClusterOptions, NodeCluster};
+
+    let cluster = NodeCluster::start(ClusterOptions {
+        nodes: 1,
+        kube_proxy: Some("nftables".into()),
+        service_accounts: true,
+        kubelet_config: format!("clusterDNS: [\"{CLUSTER_DNS_IP}\"]\n"),
+        ..Default::default()
+    });
+    let image = cluster.nodes[0].containerd.import_component("kube-dns");
+    let template = std::fs::read_to_string(
+        e2e::containerd::hack("local-up-cluster.sh")
+            .parent()
+            .unwrap()
+            .join("../cluster/addons/dns/kube-dns.yaml.in"),
+    )
+    .expect("cluster/addons/dns/kube-dns.yaml.in");
+    let manifest = template
+        .replace("__DNS__DOMAIN__", "cluster.local")
+        .replace("__DNS__SERVER__", CLUSTER_DNS_IP)
+        .replace("__DNS__IMAGE__", &image)
+        .replace("__DNS__REPLICAS__", "1");
+    let api = &cluster.api;
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(out.status.success(), "apply the addon: {}", String::from_utf8_lossy(&out.stderr));
+    let out =
+        api.kubectl(&["-n", "kube-system", "rollout", "status", "deployment/kube-dns", "--timeout=180s"]);
+    assert!(
+        out.status.success(),
+        "kube-dns Deployment not available: {}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(
+            &api.kubectl(&["-n", "kube-system", "describe", "pods", "-l", "k8s-app=kube-dns"]).stdout
+        ),
+        cluster.service_diagnostics()
+    );
+
+    let apply = |yaml: &str| {
+        let out = api.kubectl_stdin(&["apply", "-f", "-"], yaml);
+        assert!(out.status.success(), "apply: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    };
+    apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  ports: [{name: http, port: 80}]\n",
+    );
+    let web_ip = api.kubectl_ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: client, namespace: default}}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    \
+         command: [sleep, \"3600\"]\n"
+    ));
+    let out = api.kubectl(&["wait", "--for=condition=Ready", "pod/client", "--timeout=180s"]);
+    assert!(out.status.success(), "client pod: {}", String::from_utf8_lossy(&out.stderr));
+    let mut last = String::new();
+    let answered = e2e::try_wait_for(WAIT, Duration::from_secs(1), || {
+        let out = api.kubectl(&["exec", "client", "--", "nslookup", "web"]);
+        last = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        last.contains(&format!("Address: {web_ip}")).then_some(())
+    });
+    assert!(
+        answered.is_some(),
+        "the pod did not resolve `web` to {web_ip} through the addon:\n{last}\n{}\nkube-dns logs:\n{}",
+        cluster.service_diagnostics(),
+        String::from_utf8_lossy(
+            &api.kubectl(&["-n", "kube-system", "logs", "-l", "k8s-app=kube-dns", "--tail=40"]).stdout
+        )
+    );
+    assert!(last.contains(CLUSTER_DNS_IP), "answered by the kube-dns Service's address:\n{last}");
+}
