@@ -179,30 +179,35 @@ impl Endpoint for EndpointInfo {
     }
 }
 
+/// Maps rebuilt or walked on every sync, one entry per Service port or element: a fast
+/// hasher, since a partial sync at 10k Services walks them all.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// What we last wrote to one set or map, so a partial sync adds and deletes only the
 /// elements that differ (upstream's `nftElementStorage`).
 struct ElementStorage {
     set: &'static str,
-    elements: HashMap<Vec<KeyValue>, Option<Verdict>>,
-    /// Keys not (yet) ensured in this sync: deleted at its end.
-    leftover: HashSet<Vec<KeyValue>>,
+    /// Element -> (its value, the sync that last ensured it).
+    elements: FastMap<Vec<KeyValue>, (Option<Verdict>, u64)>,
+    /// The current sync: elements not ensured in it are deleted at its end.
+    generation: u64,
 }
 
 impl ElementStorage {
     fn new(set: &'static str) -> Self {
-        Self { set, elements: HashMap::new(), leftover: HashSet::new() }
+        Self { set, elements: FastMap::default(), generation: 0 }
     }
 
     /// Flushes the set and forgets its elements (a full sync).
     fn reset(&mut self, tx: &mut Transaction) {
         self.elements.clear();
-        self.leftover.clear();
+        self.generation += 1;
         tx.push(Op::FlushSet(self.set.to_owned()));
     }
 
     /// Starts a sync: every element is leftover until ensured.
     fn begin(&mut self) {
-        self.leftover = self.elements.keys().cloned().collect();
+        self.generation += 1;
     }
 
     fn ensure(
@@ -212,32 +217,43 @@ impl ElementStorage {
         value: Option<Verdict>,
         comment: Option<&str>,
     ) {
-        self.leftover.remove(&key);
+        let generation = self.generation;
         let elem = |key: Vec<KeyValue>, value: Option<Verdict>| Element {
             set: self.set.to_owned(),
             key,
             value,
             comment: comment.map(String::from),
         };
-        match self.elements.get(&key) {
-            Some(existing) if *existing == value => {}
-            Some(_) => {
+        match self.elements.get_mut(&key) {
+            Some((existing, seen)) if *existing == value => *seen = generation,
+            Some((existing, seen)) => {
+                *existing = value.clone();
+                *seen = generation;
                 tx.push(Op::DeleteElement(elem(key.clone(), None)));
-                tx.push(Op::AddElement(elem(key.clone(), value.clone())));
-                self.elements.insert(key, value);
+                tx.push(Op::AddElement(elem(key, value)));
             }
             None => {
                 tx.push(Op::AddElement(elem(key.clone(), value.clone())));
-                self.elements.insert(key, value);
+                self.elements.insert(key, (value, generation));
             }
         }
     }
 
+    /// Deletes what this sync did not ensure.
     fn cleanup(&mut self, tx: &mut Transaction) {
-        for key in std::mem::take(&mut self.leftover) {
-            self.elements.remove(&key);
-            tx.push(Op::DeleteElement(Element { set: self.set.to_owned(), key, value: None, comment: None }));
-        }
+        let (set, generation) = (self.set, self.generation);
+        self.elements.retain(|key, (_, seen)| {
+            if *seen == generation {
+                return true;
+            }
+            tx.push(Op::DeleteElement(Element {
+                set: set.to_owned(),
+                key: key.clone(),
+                value: None,
+                comment: None,
+            }));
+            false
+        });
     }
 }
 
@@ -277,7 +293,7 @@ pub struct NftablesBackend {
     service_nodeports: ElementStorage,
     /// Per Service port, the chains and affinity sets its last successful write used, to
     /// find what a partial sync leaves unused.
-    owned: HashMap<ServicePortName, (Vec<String>, Vec<String>)>,
+    owned: FastMap<ServicePortName, (Vec<String>, Vec<String>)>,
 }
 
 impl NftablesBackend {
@@ -297,7 +313,7 @@ impl NftablesBackend {
             no_endpoint_services: ElementStorage::new(NO_ENDPOINT_SERVICES_MAP),
             no_endpoint_nodeports: ElementStorage::new(NO_ENDPOINT_NODEPORTS_MAP),
             service_nodeports: ElementStorage::new(SERVICE_NODEPORTS_MAP),
-            owned: HashMap::new(),
+            owned: FastMap::default(),
         }
     }
 
@@ -572,7 +588,9 @@ impl NftablesBackend {
         }
 
         let addr_type = self.family.addr_type();
-        let mut owned_now: HashMap<ServicePortName, (Vec<String>, Vec<String>)> = HashMap::new();
+        // The chains and sets of the Service ports written in this sync (all of them on a
+        // full sync; the changed ones on a partial sync).
+        let mut owned_now: FastMap<ServicePortName, (Vec<String>, Vec<String>)> = FastMap::default();
         let no_eps: Vec<Arc<EndpointInfo>> = Vec::new();
 
         for (name, svc) in ctx.services.iter() {
@@ -587,12 +605,12 @@ impl NftablesBackend {
             let mut use_chain = |tx: &mut Transaction, c: &str, chains: &mut Vec<String>| {
                 if !skip {
                     ensure_chain(tx, &mut created, existing, c);
+                    chains.push(c.to_owned());
                 }
-                chains.push(c.to_owned());
             };
             for ep in &cat.all_reachable {
                 use_chain(&mut tx, &ep.chain, &mut chains);
-                if s.session_affinity_timeout.is_some() {
+                if !skip && s.session_affinity_timeout.is_some() {
                     affinity_sets.push(ep.affinity_set.clone());
                 }
             }
@@ -731,10 +749,7 @@ impl NftablesBackend {
             }
 
             if skip {
-                // Unchanged: its chains stay as written.
-                if let Some(prev) = self.owned.remove(name) {
-                    owned_now.insert(name.clone(), prev);
-                }
+                // Unchanged: its chains stay as written (and in `self.owned`).
                 continue;
             }
 
@@ -840,6 +855,8 @@ impl NftablesBackend {
         // sync did not write; on a partial one, what changed or deleted Services used.
         let mut stale: Vec<String> = Vec::new();
         let mut stale_sets: Vec<String> = Vec::new();
+        // Service ports gone since the last sync (partial syncs).
+        let mut gone: Vec<ServicePortName> = Vec::new();
         if ctx.full {
             let active: HashSet<&str> =
                 owned_now.values().flat_map(|(c, _)| c.iter().map(String::as_str)).collect();
@@ -858,11 +875,18 @@ impl NftablesBackend {
                     .cloned(),
             );
         } else {
-            for (name, (old_chains, old_sets)) in self.owned.drain() {
-                let (new_chains, new_sets) =
-                    owned_now.get(&name).map(|(c, s)| (c.as_slice(), s.as_slice())).unwrap_or_default();
-                stale.extend(old_chains.into_iter().filter(|c| !new_chains.contains(c)));
-                stale_sets.extend(old_sets.into_iter().filter(|s| !new_sets.contains(s)));
+            for (name, (new_chains, new_sets)) in &owned_now {
+                if let Some((old_chains, old_sets)) = self.owned.get(name) {
+                    stale.extend(old_chains.iter().filter(|c| !new_chains.contains(c)).cloned());
+                    stale_sets.extend(old_sets.iter().filter(|s| !new_sets.contains(s)).cloned());
+                }
+            }
+            for (name, (old_chains, old_sets)) in &self.owned {
+                if !ctx.services.contains_key(name) {
+                    stale.extend(old_chains.iter().cloned());
+                    stale_sets.extend(old_sets.iter().cloned());
+                    gone.push(name.clone());
+                }
             }
         }
         for c in &stale {
@@ -899,12 +923,21 @@ impl NftablesBackend {
             self.stale_chains.entry(c).or_insert(now);
         }
         // A chain written again is not stale any more.
-        for (chains, _) in owned_now.values() {
-            for c in chains {
-                self.stale_chains.remove(c);
+        if !self.stale_chains.is_empty() {
+            for (chains, _) in owned_now.values() {
+                for c in chains {
+                    self.stale_chains.remove(c);
+                }
             }
         }
-        self.owned = owned_now;
+        if ctx.full {
+            self.owned = owned_now;
+        } else {
+            for name in gone {
+                self.owned.remove(&name);
+            }
+            self.owned.extend(owned_now);
+        }
         Ok(stats)
     }
 }
