@@ -84,7 +84,7 @@ impl CachedObject {
     pub fn new(res: &Resource, obj: &Value, rv: i64) -> Self {
         let meta = &obj["metadata"];
         Self {
-            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            json: Bytes::from(crate::serializer::object_bytes(obj)),
             rv,
             namespace: meta["namespace"].as_str().map(Into::into),
             name: meta["name"].as_str().unwrap_or_default().into(),
@@ -96,7 +96,7 @@ impl CachedObject {
     /// An object no selector looks at (bookmarks, errors).
     pub fn plain(obj: &Value) -> Self {
         Self {
-            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            json: Bytes::from(crate::serializer::object_bytes(obj)),
             rv: 0,
             namespace: None,
             name: "".into(),
@@ -287,7 +287,7 @@ impl Cacher {
         *self.progress.lock() = Some(stream.progress_handle());
         while let Some(item) = stream.items.recv().await {
             match item? {
-                WatchItem::Changes(changes) => self.apply(changes),
+                WatchItem::Changes(changes) => self.apply(changes)?,
                 WatchItem::Progress(r) => self.advance(r),
             }
         }
@@ -303,17 +303,24 @@ impl Cacher {
         }
     }
 
-    fn apply(&self, changes: Vec<Change>) {
+    /// Applies a batch of changes and sends their events. A stored value that does not
+    /// decode ends the batch with an error: the cache then re-lists, which closes every
+    /// watch on it (their clients re-list too) instead of letting the change vanish.
+    fn apply(&self, changes: Vec<Change>) -> Result<(), StorageError> {
         let mut events = Vec::with_capacity(changes.len());
+        let mut undecodable = None;
         let mut st = self.state.write();
         for c in changes {
             let Some(key) = c.key.strip_prefix(&self.prefix).map(str::to_string) else { continue };
             let prev = st.objects.get(&key).cloned();
             let event = match c.value {
                 Some(bytes) => {
-                    let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
-                        tracing::error!(key = c.key, "stored object does not decode");
-                        continue;
+                    let v = match serde_json::from_slice::<Value>(&bytes) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            undecodable = Some(format!("stored object {} does not decode: {e}", c.key));
+                            break;
+                        }
                     };
                     let v = with_rv(self.resource.hooks.stored_to_served(v), c.mod_revision);
                     let obj = Arc::new(CachedObject::new(&self.resource, &v, c.mod_revision));
@@ -342,6 +349,10 @@ impl Cacher {
         drop(st);
         self.dispatch(&events);
         self.rv_tx.send_replace(rv);
+        match undecodable {
+            Some(e) => Err(StorageError::Etcd(e)),
+            None => Ok(()),
+        }
     }
 
     /// Sends events to the watchers they concern; a watcher that cannot keep up is closed

@@ -81,17 +81,11 @@ fn first<'a>(q: &'a Pairs, key: &str) -> Option<&'a str> {
 /// A query boolean as upstream converts one: absent is false, `0` and `false` are false,
 /// anything else (an empty value too) is true.
 fn bool_param(q: &Pairs, key: &str) -> bool {
-    first(q, key).is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+    first(q, key).is_some_and(crate::handlers::query::go_bool)
 }
 
 fn int_param(q: &Pairs, key: &str) -> ApiResult<Option<i64>> {
-    first(q, key)
-        .map(|v| {
-            v.parse::<i64>().map_err(|_| {
-                ApiError::bad_request(format!("strconv.ParseInt: parsing {v:?}: invalid syntax"))
-            })
-        })
-        .transpose()
+    first(q, key).map(crate::handlers::query::go_int).transpose()
 }
 
 /// `PodLogOptions` from the query.

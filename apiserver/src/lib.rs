@@ -51,6 +51,7 @@ pub mod proxy;
 pub mod proxy_rewrite;
 pub mod registry;
 pub mod selectors;
+pub mod serializer;
 pub mod services;
 pub mod spdy;
 pub mod storage;

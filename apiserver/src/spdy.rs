@@ -46,6 +46,8 @@ pub enum Error {
     TooLarge(usize),
     #[error("SPDY version {0} is not 3")]
     Version(u16),
+    #[error("compressing a SPDY header block: {0}")]
+    Compression(String),
 }
 
 /// The next frame, or None at a clean end of the connection.
@@ -114,8 +116,10 @@ impl Default for HeaderEncoder {
 
 impl HeaderEncoder {
     /// A header block: the count, then each name (lower case, as SPDY requires) and value,
-    /// every one prefixed with its 32-bit length; compressed and sync-flushed.
-    pub fn encode(&mut self, headers: &[(&str, &str)]) -> Vec<u8> {
+    /// every one prefixed with its 32-bit length; compressed and sync-flushed. Fails (the
+    /// connection must then be given up) if the compressor errs or stops making progress,
+    /// rather than retrying for ever.
+    pub fn encode(&mut self, headers: &[(&str, &str)]) -> Result<Vec<u8>, Error> {
         let mut raw = Vec::new();
         raw.extend_from_slice(&(headers.len() as u32).to_be_bytes());
         for (name, value) in headers {
@@ -127,12 +131,18 @@ impl HeaderEncoder {
         let start = self.0.total_in();
         let mut out = Vec::with_capacity(raw.len() + 64);
         loop {
-            let done = (self.0.total_in() - start) as usize;
-            // Compressing into memory cannot fail but for a corrupted stream state.
-            let _ = self.0.compress_vec(&raw[done..], &mut out, FlushCompress::Sync);
+            let (before_in, before_out) = (self.0.total_in(), out.len());
+            let done = (before_in - start) as usize;
+            self.0
+                .compress_vec(&raw[done..], &mut out, FlushCompress::Sync)
+                .map_err(|e| Error::Compression(e.to_string()))?;
             // The flush is complete once all input went in and output space is left.
             if (self.0.total_in() - start) as usize == raw.len() && out.len() < out.capacity() {
-                return out;
+                return Ok(out);
+            }
+            // Room to spare and nothing consumed or produced: the stream is stuck.
+            if out.len() < out.capacity() && self.0.total_in() == before_in && out.len() == before_out {
+                return Err(Error::Compression("header compressor made no progress".into()));
             }
             out.reserve(out.capacity().max(64));
         }
@@ -176,8 +186,8 @@ mod tests {
     #[test]
     fn header_blocks_are_one_zlib_stream() {
         let mut enc = HeaderEncoder::default();
-        let a = enc.encode(&[("streamType", "error")]);
-        let b = enc.encode(&[("streamtype", "stdout"), ("x", "y")]);
+        let a = enc.encode(&[("streamType", "error")]).unwrap();
+        let b = enc.encode(&[("streamtype", "stdout"), ("x", "y")]).unwrap();
         let frame = syn_stream(3, &a);
         assert_eq!(frame.len(), 8 + 10 + a.len());
         let mut z = Decompress::new(true);

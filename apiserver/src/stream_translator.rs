@@ -221,7 +221,13 @@ async fn remote_command(ws: Ws, backend: Upgraded, mode: Mode, url: &str) {
         if !on {
             continue;
         }
-        let block = enc.encode(&[("streamType", kind)]);
+        let block = match enc.encode(&[("streamType", kind)]) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("stream translator: {e}");
+                return;
+            }
+        };
         if frames.send(spdy::syn_stream(id, &block)).await.is_err() {
             return;
         }

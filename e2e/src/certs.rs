@@ -77,6 +77,44 @@ impl TestCa {
         ClientCert { cert: cert_path, key: key_path }
     }
 
+    /// A client certificate made the way many guides make one: `openssl req` for a key and
+    /// CSR, then `openssl x509 -req -CA ...` without an extensions file, which gives an
+    /// X.509 v1 certificate (no extensions at all).
+    pub fn openssl_client_cert(&self, user: &str, group: Option<&str>) -> ClientCert {
+        let dir = self.dir.path();
+        let ca_key = dir.join("ca.key");
+        std::fs::write(&ca_key, self.issuer.key().serialize_pem()).expect("write CA key");
+        let file = format!("openssl-{}", user.replace(':', "_"));
+        let (key, csr, cert) = (
+            dir.join(format!("{file}.key")),
+            dir.join(format!("{file}.csr")),
+            dir.join(format!("{file}.crt")),
+        );
+        let subject = match group {
+            Some(g) => format!("/CN={user}/O={g}"),
+            None => format!("/CN={user}"),
+        };
+        let run = |c: &mut Command| {
+            let out = c.output().expect("openssl");
+            assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(Command::new("openssl")
+            .args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", &subject, "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&csr));
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "1", "-CAcreateserial", "-in"])
+            .arg(&csr)
+            .arg("-CA")
+            .arg(&self.cert)
+            .arg("-CAkey")
+            .arg(&ca_key)
+            .arg("-out")
+            .arg(&cert));
+        ClientCert { cert, key }
+    }
+
     /// A serving certificate for `ip` (an IP SAN, as a webhook's `https://<ip>:<port>` URL
     /// needs).
     pub fn serving_cert(&self, ip: IpAddr) -> ServingCert {

@@ -76,38 +76,31 @@ impl Containerd {
         wait_for("containerd socket", Duration::from_secs(30), Duration::from_millis(100), || {
             c.ctr(&["version"]).status.success().then_some(())
         });
+        c.build_images(&[]);
+        c
+    }
+
+    /// `hack/build-images.sh --address <this socket> <args>`, which must succeed.
+    fn build_images(&self, args: &[&str]) {
         let out = Command::new("bash")
             .arg(hack("build-images.sh"))
             .arg("--address")
-            .arg(&c.socket)
+            .arg(&self.socket)
+            .args(args)
             .output()
             .expect("build-images.sh");
         assert!(
             out.status.success(),
-            "build-images.sh: {}{}",
+            "build-images.sh {args:?}: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        c
     }
 
     /// Builds the image of one of our binaries (`hack/build-images.sh --component`) and
     /// imports it here, returning its name (`localhost/<name>:local`).
     pub fn import_component(&self, name: &str) -> String {
-        let out = Command::new("bash")
-            .arg(hack("build-images.sh"))
-            .arg("--address")
-            .arg(&self.socket)
-            .arg("--component")
-            .arg(format!("{name}={}", crate::bin(name).display()))
-            .output()
-            .expect("build-images.sh");
-        assert!(
-            out.status.success(),
-            "build-images.sh --component {name}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.build_images(&["--component", &format!("{name}={}", crate::bin(name).display())]);
         format!("localhost/{name}:local")
     }
 

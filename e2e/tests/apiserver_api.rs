@@ -669,3 +669,141 @@ fn resource_version_match_on_lists() {
     assert_eq!(code, 200, "{rest}");
     assert_eq!(names(&rest), ["old"]);
 }
+
+/// What upstream's wire format and parameter codec do, each checked against upstream
+/// v1.28.4's API server on real etcd: boolean query parameters false only for `0` and
+/// `false` in any case, integers refused with Go's `strconv.ParseInt` message, error
+/// bodies in `metav1.Status` field order ending in a newline, a pod's `podIP` and
+/// `podIPs` kept in step.
+#[test]
+fn query_parameters_status_bodies_and_pod_ips_as_upstream() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    post_json(&api, "/api/v1/namespaces/default/configmaps", cm("a"));
+
+    // `watch=True` (Python's str(True)) is a watch, not a one-shot list.
+    for v in ["True", "1", "t", "yes"] {
+        let (code, text) = curl(
+            &api,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?watch={v}&timeoutSeconds=1"),
+            "application/json",
+            None,
+        );
+        assert_eq!(code, 200, "watch={v}: {text}");
+        let first = json(text.lines().next().unwrap_or_default());
+        assert_eq!(first["type"], "ADDED", "watch={v} is a watch: {text}");
+    }
+    for v in ["FALSE", "False", "0"] {
+        let (_, text) = curl(
+            &api,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?watch={v}"),
+            "application/json",
+            None,
+        );
+        assert_eq!(json(&text)["kind"], "ConfigMapList", "watch={v} is a list: {text}");
+    }
+    // Integers: Go's message, 400; a negative limit means no limit.
+    for (q, bad) in [("limit=abc", "abc"), ("limit=1.5", "1.5"), ("watch=1&timeoutSeconds=x", "x")] {
+        let (code, text) = curl(
+            &api,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?{q}"),
+            "application/json",
+            None,
+        );
+        assert_eq!(code, 400, "{q}: {text}");
+        assert_eq!(
+            json(&text)["message"],
+            format!("strconv.ParseInt: parsing \"{bad}\": invalid syntax"),
+            "{q}"
+        );
+    }
+    let (code, text) =
+        curl(&api, "GET", "/api/v1/namespaces/default/configmaps?limit=-1", "application/json", None);
+    assert_eq!((code, json(&text)["items"].as_array().map(Vec::len)), (200, Some(1)), "{text}");
+
+    // The raw error body, byte for byte as upstream writes it.
+    let (code, text) =
+        curl(&api, "GET", "/api/v1/namespaces/default/configmaps/nope", "application/json", None);
+    assert_eq!(code, 404);
+    assert_eq!(
+        text,
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+            r#""message":"configmaps \"nope\" not found","reason":"NotFound","details":{"name":"nope","kind":"configmaps"},"code":404}"#,
+            "\n"
+        )
+    );
+    // Objects lead with kind, apiVersion and metadata (name first), as Go's structs do.
+    let (_, text) = curl(&api, "GET", "/api/v1/namespaces/default/configmaps/a", "application/json", None);
+    assert!(
+        text.starts_with(
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"#
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("}\n"), "{text:?}");
+
+    // A status writer that knows only `podIP` (an older kubelet, a stand-in one): the
+    // plural field follows, and the EndpointSlice controller, which reads it, agrees.
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}});
+    assert_eq!(post_json(&api, "/api/v1/namespaces/default/pods", pod).0, 201);
+    let (code, text) = curl(
+        &api,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p/status",
+        "application/merge-patch+json",
+        Some(br#"{"status":{"podIP":"10.1.2.3","hostIP":"192.0.2.7"}}"#),
+    );
+    assert_eq!(code, 200, "{text}");
+    let status = json(&text)["status"].clone();
+    assert_eq!(status["podIPs"], serde_json::json!([{"ip": "10.1.2.3"}]), "{status}");
+    assert_eq!(status["hostIPs"], serde_json::json!([{"ip": "192.0.2.7"}]), "{status}");
+    // And the other way round: only the list.
+    let (_, text) = curl(
+        &api,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p/status",
+        "application/merge-patch+json",
+        Some(br#"{"status":{"podIP":null,"podIPs":[{"ip":"10.1.2.4"}]}}"#),
+    );
+    assert_eq!(json(&text)["status"]["podIP"], "10.1.2.4", "{text}");
+}
+
+/// A stored value that does not decode (written past the API server, or corrupted) must
+/// not vanish silently: a watch served from etcd gets an ERROR event; the watch cache
+/// re-lists, ending the watches it serves so that their clients re-list too.
+#[test]
+fn undecodable_stored_objects_end_watches_instead_of_vanishing() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    for (flags, from_etcd) in [(&["--watch-cache=false"][..], true), (&[][..], false)] {
+        let api = KubeApiserver::start(&etcd.endpoint(), flags);
+        let name = if from_etcd { "first" } else { "second" };
+        post_json(&api, "/api/v1/namespaces/default/configmaps", cm(name));
+        let mut watch = api.kubectl_spawn(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=300",
+        ]);
+        watch.read_lines(if from_etcd { 1 } else { 2 }, Duration::from_secs(10));
+        let key = format!("/registry/configmaps/default/garbage-{name}");
+        etcd.etcdctl_ok(&["put", &key, "{not json"]);
+        if from_etcd {
+            let lines = watch.read_lines(2, Duration::from_secs(10)).to_vec();
+            let last = json(&lines[1]);
+            assert_eq!(
+                (last["type"].as_str(), &last["object"]["code"]),
+                (Some("ERROR"), &serde_json::json!(500))
+            );
+        }
+        // The watch ends (long before its 300 s timeout), and the server goes on serving.
+        let (_, stderr) = watch.wait(Duration::from_secs(60));
+        let (code, list) = get_json(&api, "/api/v1/namespaces/default/configmaps");
+        assert_eq!(code, 200, "{list} {stderr}");
+        drop(api);
+        etcd.etcdctl_ok(&["del", &key]);
+    }
+}

@@ -163,6 +163,37 @@ fn authn_and_rbac() {
         ),
         "{err}"
     );
+    // An X.509 v1 certificate from openssl (no extensions file), as many guides make
+    // them: accepted for client authentication, as upstream accepts it.
+    let carol_cert = ca.openssl_client_cert("carol", Some("devs"));
+    let carol = Kubeconfig::write(&api, dir.path(), "carol", Credential::Cert(&carol_cert));
+    let carol_me = json(&carol.kubectl_ok(&["auth", "whoami", "-o", "json"]));
+    assert_eq!(carol_me["status"]["userInfo"]["username"], "carol", "{carol_me}");
+    assert!(carol_me["status"]["userInfo"]["groups"].as_array().is_some_and(|g| g.contains(&json!("devs"))));
+    // kubectl speaks TLS 1.3; the handshake signature is checked differently in TLS 1.2.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--tls-max",
+            "1.2",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .args(["-d", r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#, "--cacert"])
+        .arg(api.dir.path().join("certs").join("apiserver.crt"))
+        .arg("--cert")
+        .arg(&carol_cert.cert)
+        .arg("--key")
+        .arg(&carol_cert.key)
+        .arg(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", api.url()))
+        .output()
+        .expect("curl");
+    let review = json(&stdout(&out));
+    assert_eq!(review["status"]["userInfo"]["username"], "carol", "TLS 1.2: {review} {}", stderr(&out));
     let me = json(&alice.kubectl_ok(&["auth", "whoami", "-o", "json"]));
     assert_eq!(me["kind"], "SelfSubjectReview", "{me}");
     assert_eq!(me["status"]["userInfo"]["username"], "alice", "{me}");

@@ -856,7 +856,9 @@ fn peers_from_another_cluster_are_refused() {
 // ---------------------------------------------------------------------------------------
 
 /// A member that has lost its quorum knows no leader. Puts sent to it then must either
-/// complete once a quorum is back or fail with an error; the member must keep running.
+/// complete once a quorum is back or fail with an error; the member must keep running,
+/// and every put it acknowledged must be on every member afterwards, at the revision its
+/// response gave.
 #[test]
 fn writes_sent_without_a_leader_complete_once_quorum_returns() {
     let rt = runtime();
@@ -900,12 +902,17 @@ fn writes_sent_without_a_leader_complete_once_quorum_returns() {
         out
     });
     let mut outcomes = Vec::new();
+    let mut acked = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
         let r = r.unwrap_or_else(|_| {
             panic!("put {} sent without a leader neither completed nor failed in 30 s", i + 1)
         });
         outcomes.push(match r.expect("put task") {
-            Ok(_) => "ok".to_string(),
+            Ok(resp) => {
+                let rev = resp.into_inner().header.expect("put header").revision;
+                acked.push((format!("/nolead/{}", i + 1).into_bytes(), rev));
+                format!("ok at {rev}")
+            }
             Err(e) => e.message().to_string(),
         });
     }
@@ -935,4 +942,17 @@ fn writes_sent_without_a_leader_complete_once_quorum_returns() {
         m.wait_ready();
     }
     c.wait_converged(Duration::from_secs(60));
+    for m in &c.members {
+        let (_, kvs) = local_kvs(&rt, m, "/nolead/");
+        for (key, rev) in &acked {
+            let got = kvs.get(key).map(|(mod_rev, ..)| *mod_rev);
+            assert_eq!(
+                got,
+                Some(*rev),
+                "{}: {} was acknowledged at revision {rev} while there was no leader (outcomes {outcomes:?})",
+                m.name,
+                String::from_utf8_lossy(key)
+            );
+        }
+    }
 }

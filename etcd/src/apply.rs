@@ -40,7 +40,7 @@ pub enum ApplyResponse {
     /// `physical` resolves once the compacted revisions have left the backend.
     Compaction {
         resp: CompactionResponse,
-        physical: oneshot::Receiver<()>,
+        physical: oneshot::Receiver<Result<(), String>>,
     },
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
@@ -53,7 +53,8 @@ pub enum ApplyResponse {
 pub struct CompactionJob {
     pub at: i64,
     pub keep: HashSet<Revision>,
-    pub done: Option<oneshot::Sender<()>>,
+    /// Told whether the revisions left the backend (the error otherwise).
+    pub done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
 pub struct Applier {
@@ -71,13 +72,13 @@ pub struct Applier {
 pub struct ApplyBatch<'a> {
     applier: &'a Applier,
     writer: StoreWriter<'a>,
-    physical_done: Vec<oneshot::Sender<()>>,
+    physical_done: Vec<oneshot::Sender<Result<(), String>>>,
 }
 
 /// What `ApplyBatch::finish` leaves to do once the batch is stored.
 pub struct PendingPublish {
     out: WriterOutput,
-    physical_done: Vec<oneshot::Sender<()>>,
+    physical_done: Vec<oneshot::Sender<Result<(), String>>>,
 }
 
 impl Applier {

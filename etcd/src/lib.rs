@@ -332,13 +332,13 @@ fn spawn_compaction_thread(store: Arc<KvStore>) -> std::io::Result<std::sync::mp
     let (tx, rx) = std::sync::mpsc::channel::<CompactionJob>();
     std::thread::Builder::new().name("compaction".into()).spawn(move || {
         for job in rx {
-            if let Err(e) = store.physical_compact(job.at, &job.keep) {
-                tracing::error!(revision = job.at, "compaction failed: {e}");
-            } else {
-                tracing::info!(revision = job.at, "finished compaction");
+            let result = store.physical_compact(job.at, &job.keep).map_err(|e| e.to_string());
+            match &result {
+                Err(e) => tracing::error!(revision = job.at, "compaction failed: {e}"),
+                Ok(()) => tracing::info!(revision = job.at, "finished compaction"),
             }
             if let Some(done) = job.done {
-                let _ = done.send(());
+                let _ = done.send(result);
             }
         }
     })?;

@@ -27,10 +27,10 @@ USER_TOKEN=bench-user-token
 NAMESPACES=100
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+. hack/bench/lib.sh
+bench_build
 B="$CARGO_TARGET_DIR/release"
 
-. hack/bench/lib.sh
 
 ETCD_PID="" API_PID=""
 stop_all() {

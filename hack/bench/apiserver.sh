@@ -27,10 +27,10 @@ HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+. hack/bench/lib.sh
+bench_build
 B="$CARGO_TARGET_DIR/release"
 
-. hack/bench/lib.sh
 rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
 
 ETCD_PID="" API_PID=""

@@ -38,11 +38,11 @@ HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | { grep -E '^(warning|error)' || true; }
+. hack/bench/lib.sh
+bench_build
 B="$CARGO_TARGET_DIR/release"
 TICK=$(getconf CLK_TCK)
 
-. hack/bench/lib.sh
 cpu_s() { awk -v t="$TICK" '{printf "%.1f", ($14+$15)/t}' "/proc/$1/stat"; }
 peak_rss_mib() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
@@ -65,7 +65,7 @@ cport=$(free_port)
   --secure-port="$cport" --cert-dir="$SCRATCH/certs" --kube-api-qps="$KCM_QPS" --kube-api-burst="$KCM_QPS" \
   >"$SCRATCH/controller-manager.log" 2>&1 &
 KCM_PID=$!; PIDS+=("$KCM_PID")
-for _ in $(seq 1 200); do curl -skf "https://$HOST:$cport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+wait_until "kube-apiserver /readyz" 200 0.1 curl -skf "https://$HOST:$cport/readyz"
 
 echo "nproc=$(nproc) nodes=$NODES big=$BIG deployments=${DEPLOYMENTS}x$REPLICAS job=${JOB_COMPLETIONS}/${JOB_PARALLELISM} kcm qps/burst=$KCM_QPS phases=$PHASES"
 "$B/controllers-bench" --kubeconfig "$SCRATCH/kubeconfig" --nodes "$NODES" --big "$BIG" \

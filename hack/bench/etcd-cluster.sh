@@ -26,13 +26,13 @@ HOST=127.0.0.1
 SIZE=3
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+. hack/bench/lib.sh
+bench_build
 OURS="$CARGO_TARGET_DIR/release/etcd"
 READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 PUT_PROBE="$CARGO_TARGET_DIR/release/etcd-put-probe"
 REAL=/usr/bin/etcd
 
-. hack/bench/lib.sh
 
 BIN=""
 PIDS=()

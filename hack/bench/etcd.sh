@@ -19,12 +19,12 @@ SCRATCH="${SCRATCH:-/var/tmp/etcd-bench}"
 HOST=127.0.0.1
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+. hack/bench/lib.sh
+bench_build
 OURS="$CARGO_TARGET_DIR/release/etcd"
 READ_BENCH="$CARGO_TARGET_DIR/release/etcd-read-bench"
 REAL=/usr/bin/etcd
 
-. hack/bench/lib.sh
 
 PID=""
 cleanup() {
@@ -46,7 +46,7 @@ start_server() {
     --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/log" 2>&1 &
   PID=$!
   EP="$HOST:$cport"
-  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$EP" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_until "etcd at $EP" 100 0.1 env ETCDCTL_API=3 etcdctl --endpoints="$EP" endpoint health
 }
 stop_server() {
   R[$1,rss]=$(( $(awk '/VmRSS/ {print $2}' /proc/$PID/status) / 1024 ))

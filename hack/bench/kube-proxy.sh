@@ -73,17 +73,13 @@ if [[ ",$PHASES," == *,dns,* ]] && ! command -v dnsperf >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf >/dev/null ||
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf >/dev/null; }
 fi
-if [[ "${BUILD:-1}" != 0 ]] &&
-  ! cargo build --release --locked --workspace --bins --tests 2>&1 | { grep -E -A12 '^error' || true; }; then
-  echo "build failed" >&2
-  exit 1
-fi
 B="$CARGO_TARGET_DIR/release"
 TICK=$(getconf CLK_TCK)
 SIZES_SORTED=$(tr ' ' '\n' <<<"$SIZES" | grep -E '^[0-9]+$' | sort -n | uniq | tr '\n' ' ')
 MAX_SIZE=$(tr ' ' '\n' <<<"$SIZES_SORTED" | grep . | tail -1)
 
 . hack/bench/lib.sh
+bench_build
 cpu_s() { awk -v t="$TICK" '{printf "%.2f", ($14+$15)/t}' "/proc/$1/stat"; }
 
 PIDS=()
@@ -198,7 +194,7 @@ PY
     --upstream "127.0.0.1:$up_port" --metrics-bind-address "127.0.0.1:$m_port" \
     --health-bind-address "127.0.0.1:$h_port" --ready-bind-address "127.0.0.1:$r_port" >"$SCRATCH/kube-dns.log" 2>&1 &
   DNS_PID=$!; PIDS+=("$DNS_PID")
-  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$r_port/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_until "kube-dns /ready" 600 0.1 curl -sf "http://127.0.0.1:$r_port/ready"
   curl -sf "http://127.0.0.1:$r_port/ready" >/dev/null || { echo "kube-dns not ready:" >&2; tail -20 "$SCRATCH/kube-dns.log" >&2; exit 1; }
   seq 0 $((MAX_SIZE - 1)) | shuf | awk '{print "svc-" $1 ".bench.svc.cluster.local A"}' >"$SCRATCH/cluster.q"
   seq 0 $((DNS_EXTERNAL - 1)) | shuf | awk '{print "host-" $1 ".bench.example A"}' >"$SCRATCH/external.q"

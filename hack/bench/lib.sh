@@ -1,5 +1,36 @@
-# Shared by the benchmark scripts (sourced, not run): free ports, and a fresh etcd with
-# our kube-apiserver in front of it. Callers set HOST, TOKEN, SCRATCH and B (the binaries).
+# Shared by the benchmark scripts (sourced, not run): the build, bounded waits, free ports,
+# and a fresh etcd with our kube-apiserver in front of it. Callers set HOST, TOKEN, SCRATCH
+# and B (the binaries).
+
+# bench_build: the release build the benchmark measures. A failed build stops the
+# benchmark: the shared target directory still holds an older build's binaries, and
+# measuring those would report another program's figures. BUILD=0 skips it (the caller
+# has just built).
+bench_build() {
+  [[ "${BUILD:-1}" == 0 ]] && return 0
+  local log
+  log=$(mktemp)
+  if ! cargo build --release --locked --workspace --bins --tests >"$log" 2>&1; then
+    grep -E -A12 '^error' "$log" >&2 || tail -n 30 "$log" >&2
+    rm -f "$log"
+    echo "build failed: not measuring stale binaries" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
+# wait_until DESC TRIES INTERVAL CMD...: runs CMD until it succeeds. After TRIES failures
+# the benchmark stops: a component that never became ready must not be measured.
+wait_until() {
+  local desc=$1 tries=$2 interval=$3
+  shift 3
+  for _ in $(seq 1 "$tries"); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep "$interval"
+  done
+  echo "timed out waiting for $desc" >&2
+  exit 1
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -20,14 +51,14 @@ start_control_plane() {
     --listen-peer-urls "http://$HOST:$pport" --initial-advertise-peer-urls "http://$HOST:$pport" \
     --initial-cluster "bench=http://$HOST:$pport" >"$SCRATCH/etcd.log" 2>&1 &
   ETCD_PID=$!
-  for _ in $(seq 1 100); do ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_until "etcd on $HOST:$cport" 100 0.1 env ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health
   printf '%s\n' "$TOKEN,bench,bench-uid,system:masters" "${USER_TOKEN:-bench-user-token},bench-user,bench-user-uid" >"$SCRATCH/tokens.csv"
   [[ -v API_ARGS ]] || API_ARGS=(--disable-admission-plugins=ServiceAccount)
   "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$API_PORT" \
     --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
     --max-requests-inflight=1000 --max-mutating-requests-inflight=500 "${API_ARGS[@]}" >"$SCRATCH/apiserver.log" 2>&1 &
   API_PID=$!
-  for _ in $(seq 1 200); do curl -skf "https://$HOST:$API_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_until "kube-apiserver /readyz on $API_PORT" 200 0.1 curl -skf "https://$HOST:$API_PORT/readyz"
   cat >"$SCRATCH/kubeconfig" <<KC
 apiVersion: v1
 kind: Config

@@ -20,7 +20,7 @@ TOKEN=bench-token
 SCRATCH="$(mktemp -d /tmp/pod-startup.XXXXXX)"
 source hack/bench/lib.sh
 
-cargo build --release --locked --workspace --bins --tests >/dev/null
+bench_build
 
 PIDS=()
 cleanup() {
@@ -55,7 +55,7 @@ hack/containerd-config.sh "$SCRATCH/ctrd" 10.250.0.0/16 k8srsbench0
 containerd --config "$SCRATCH/ctrd/config.toml" >"$SCRATCH/containerd.log" 2>&1 &
 CTRD_PID=$!
 PIDS+=("$CTRD_PID")
-for _ in $(seq 1 100); do ctr --address "$SCRATCH/ctrd/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.1; done
+wait_until containerd 100 0.1 ctr --address "$SCRATCH/ctrd/containerd.sock" version
 hack/build-images.sh --address "$SCRATCH/ctrd/containerd.sock" >/dev/null
 
 KPORT=$(free_port); HPORT=$(free_port)

@@ -30,11 +30,11 @@ HOST=127.0.0.1
 TOKEN=bench-token
 
 hack/install-deps.sh
-cargo build --release --locked --workspace --bins --tests 2>&1 | grep -E '^(warning|error)' || true
+. hack/bench/lib.sh
+bench_build
 B="$CARGO_TARGET_DIR/release"
 TICK=$(getconf CLK_TCK)
 
-. hack/bench/lib.sh
 sub() { awk -v a="$1" -v b="$2" 'BEGIN {print a - b}'; }
 cpu_s() { awk -v t="$TICK" '{printf "%.1f", ($14+$15)/t}' "/proc/$1/stat"; }
 
@@ -76,7 +76,7 @@ run_one() {
     "$B/kube-scheduler" --kubeconfig="$SCRATCH/kubeconfig" --leader-elect=false --bind-address="$HOST" \
       --secure-port="$sport" --cert-dir="$SCRATCH/certs" >"$SCRATCH/scheduler.log" 2>&1 &
     sched_pid=$!; PIDS+=("$sched_pid")
-    for _ in $(seq 1 200); do curl -skf "https://$HOST:$sport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_until "kube-scheduler /readyz" 200 0.1 curl -skf "https://$HOST:$sport/readyz"
   fi
   local args=(--kubeconfig "$SCRATCH/kubeconfig" --nodes "$NODES" --pods "$PODS")
   case $variant in

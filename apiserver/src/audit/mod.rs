@@ -132,8 +132,7 @@ impl Auditor {
         let received = SystemTime::now();
         let path = req.uri().path();
         let query = req.uri().query().unwrap_or_default();
-        let watch = url::form_urlencoded::parse(query.as_bytes())
-            .any(|(k, v)| k == "watch" && matches!(v.as_ref(), "true" | "1"));
+        let watch = crate::handlers::query::flag(&crate::handlers::query::parse(Some(query)), "watch");
         let info = crate::handlers::request::parse(req.method(), path, watch);
         let attrs = match &info {
             Some(i) => Attributes {

@@ -34,7 +34,7 @@ pub struct RequestHeaderAuthenticator {
 
 impl RequestHeaderAuthenticator {
     pub fn from_file(ca_file: &Path, config: Config) -> Result<Self, String> {
-        let roots = component_base::tls::load_root_store(ca_file)
+        let roots = component_base::tls::load_certs(ca_file)
             .map_err(|e| format!("--requestheader-client-ca-file: {e}"))?;
         let verifier = ClientCertAuthenticator::new(roots)
             .map_err(|e| e.replace("--client-ca-file", "--requestheader-client-ca-file"))?;
@@ -142,7 +142,6 @@ pub fn validate(flags: &[(&str, &[String])]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use http::HeaderValue;
-    use rustls::RootCertStore;
 
     use super::*;
     use crate::authn::x509::tests::{ca, client};
@@ -160,9 +159,10 @@ mod tests {
         ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
         config: Config,
     ) -> RequestHeaderAuthenticator {
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.der().clone()).unwrap();
-        RequestHeaderAuthenticator { verifier: ClientCertAuthenticator::new(roots).unwrap(), config }
+        RequestHeaderAuthenticator {
+            verifier: ClientCertAuthenticator::new(vec![ca.der().clone()]).unwrap(),
+            config,
+        }
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

@@ -91,13 +91,13 @@ pub fn encode(v: &Value, output: Output) -> (&'static str, Bytes) {
     match output {
         Output::Yaml => match serde_yaml::to_string(v) {
             Ok(s) => (YAML, Bytes::from(s)),
-            Err(_) => (JSON, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
+            Err(_) => (JSON, Bytes::from(crate::serializer::to_vec(v))),
         },
         Output::Protobuf => match crate::protobuf::encode(v) {
             Some(b) => (PROTOBUF, Bytes::from(b)),
-            None => (JSON, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
+            None => (JSON, Bytes::from(crate::serializer::to_vec(v))),
         },
-        Output::Json | Output::Table => (JSON, Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
+        Output::Json | Output::Table => (JSON, Bytes::from(crate::serializer::to_vec(v))),
     }
 }
 

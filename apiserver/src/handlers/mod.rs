@@ -3,12 +3,12 @@
 //! themselves (upstream's `endpoints/handlers`).
 
 pub mod codec;
+pub mod query;
 pub mod request;
 pub mod subresources;
 pub mod virtual_resources;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -41,8 +41,8 @@ pub type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
 /// Largest request body accepted (upstream's 3 MiB limit).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// Query parameters of one request.
-pub type Query = HashMap<String, String>;
+pub use query::Query;
+use query::{flag, int_param};
 
 pub struct Limits {
     pub readonly: Arc<Semaphore>,
@@ -77,7 +77,7 @@ pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> R
 }
 
 pub fn json_response(status: StatusCode, v: &Value) -> Response<BoxBody> {
-    full(status, codec::JSON, serde_json::to_vec(v).unwrap_or_default())
+    full(status, codec::JSON, crate::serializer::to_vec(v))
 }
 
 pub fn error_response(e: &ApiError) -> Response<BoxBody> {
@@ -92,11 +92,7 @@ pub fn error_response(e: &ApiError) -> Response<BoxBody> {
 }
 
 fn query_of(uri: &http::Uri) -> Query {
-    uri.query().map(|q| url::form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default()
-}
-
-fn flag(q: &Query, key: &str) -> bool {
-    matches!(q.get(key).map(String::as_str), Some("true" | "1"))
+    query::parse(uri.query())
 }
 
 /// An object (or list) in the format negotiated.
@@ -223,12 +219,12 @@ fn discard_body(body: Incoming) {
 
 fn delete_options(q: &Query, body: &Option<Value>) -> ApiResult<DeleteOptions> {
     let b = body.clone().unwrap_or(json!({}));
-    let grace = match q.get("gracePeriodSeconds") {
-        Some(s) => Some(s.parse::<i64>().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
+    let grace = match int_param(q, "gracePeriodSeconds")? {
+        Some(g) => Some(g),
         None => b["gracePeriodSeconds"].as_i64(),
     };
     let orphan_dependents =
-        b["orphanDependents"].as_bool().or_else(|| q.get("orphanDependents").map(|s| s == "true"));
+        b["orphanDependents"].as_bool().or_else(|| query::bool_param(q, "orphanDependents"));
     let propagation = q
         .get("propagationPolicy")
         .cloned()
@@ -549,7 +545,7 @@ impl Api {
                 let opts = ListOptions {
                     filter: filter_of(&store, &info, &q)?,
                     rv,
-                    limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
+                    limit: int_param(&q, "limit")?.map_or(0, |l| l.max(0) as usize),
                     continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
                     exact: resource_version_match(&q, rv)?,
                 };

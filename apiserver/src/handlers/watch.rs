@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::codec::Output;
+use super::query;
 use super::request::RequestInfo;
 use super::{Api, BoxBody, BoxError, Query, filter_for, rv_of};
 use crate::cacher::EventType;
@@ -30,11 +31,12 @@ pub async fn serve(
 ) -> ApiResult<Response<BoxBody>> {
     let filter = filter_for(&store, info, q)?;
     let rv = rv_of(q)?;
-    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
-    // Upstream picks a random duration in [min-request-timeout, 2x) when none is given.
-    let timeout = match q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
-        Some(t) => Duration::from_secs(t),
-        None => {
+    let bookmarks = query::flag(q, "allowWatchBookmarks");
+    // Upstream picks a random duration in [min-request-timeout, 2x) when none (or 0) is
+    // given; a negative one ends the watch at once.
+    let timeout = match query::int_param(q, "timeoutSeconds")? {
+        Some(t) if t != 0 => Duration::from_secs(t.max(0) as u64),
+        _ => {
             let min = api.limits.min_request_timeout;
             min + Duration::from_secs(rand::random_range(0..=min.as_secs().max(1)))
         }
@@ -96,11 +98,7 @@ pub async fn serve(
 /// events, then a bookmark annotated `k8s.io/initial-events-end`. Checked as upstream:
 /// it needs `allowWatchBookmarks=true` and `resourceVersionMatch=NotOlderThan`.
 fn send_initial_events(q: &Query, bookmarks: bool) -> ApiResult<bool> {
-    let send = match q.get("sendInitialEvents").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => return Err(ApiError::bad_request(format!("invalid sendInitialEvents: {other}"))),
-    };
+    let send = query::flag(q, "sendInitialEvents");
     let rv_match = q.get("resourceVersionMatch").map(String::as_str).filter(|m| !m.is_empty());
     if send && rv_match != Some("NotOlderThan") {
         return Err(ApiError::bad_request(

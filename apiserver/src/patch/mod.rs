@@ -340,11 +340,7 @@ async fn server_side_apply(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
-    let force = match q.get("force").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => return Err(ApiError::bad_request(format!("invalid force: {other}"))),
-    };
+    let force = crate::handlers::query::flag(q, "force");
     if config["apiVersion"].as_str() != Some(manager.api_version)
         || config["kind"].as_str() != Some(info.kind)
     {

@@ -37,7 +37,13 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
                     prev_value: None,
                     mod_revision: kv.mod_revision,
                 };
-                initial.extend(event_of(&store.res, &store.prefix, &filter, change));
+                match event_of(&store.res, &store.prefix, &filter, change) {
+                    Ok(ev) => initial.extend(ev),
+                    Err(e) => {
+                        initial.push(error_event(&e));
+                        break;
+                    }
+                }
             }
             rev + 1
         }
@@ -48,7 +54,8 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
     let (res, base) = (store.res.clone(), store.prefix.clone());
     tokio::spawn(async move {
         for ev in initial {
-            if tx.send(ev).await.is_err() {
+            let last = ev.kind == EventType::Error;
+            if tx.send(ev).await.is_err() || last {
                 return;
             }
         }
@@ -61,7 +68,19 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
                 None => return,
                 Some(Ok(WatchItem::Progress(_))) => continue,
                 Some(Ok(WatchItem::Changes(changes))) => {
-                    changes.into_iter().filter_map(|c| event_of(&res, &base, &filter, c)).collect()
+                    let mut events: Vec<Event> = Vec::with_capacity(changes.len());
+                    for c in changes {
+                        match event_of(&res, &base, &filter, c) {
+                            Ok(ev) => events.extend(ev),
+                            // The watcher learns of it (and the watch ends) rather than
+                            // missing the change.
+                            Err(e) => {
+                                events.push(error_event(&e));
+                                break;
+                            }
+                        }
+                    }
+                    events
                 }
                 Some(Err(StorageError::Compacted(compacted))) => {
                     let e = ApiError::gone(format!("too old resource version: {} ({compacted})", from - 1));
@@ -80,23 +99,28 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
     Ok(rx)
 }
 
-/// The event a change means to a watcher with `filter` (see [`translate`]), if any.
-fn event_of(res: &Resource, base: &str, filter: &Filter, c: Change) -> Option<Event> {
-    let key = c.key.strip_prefix(base)?.to_string();
-    let decode = |bytes: &[u8]| -> Option<Arc<CachedObject>> {
-        let v: Value = serde_json::from_slice(bytes)
-            .map_err(|e| tracing::error!(key = c.key, "stored object does not decode: {e}"))
-            .ok()?;
+/// The event a change means to a watcher with `filter` (see [`translate`]), if any; an
+/// error when a stored value does not decode.
+fn event_of(res: &Resource, base: &str, filter: &Filter, c: Change) -> Result<Option<Event>, ApiError> {
+    let Some(key) = c.key.strip_prefix(base).map(str::to_string) else { return Ok(None) };
+    let decode = |bytes: &[u8]| -> Result<Arc<CachedObject>, ApiError> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+            tracing::error!(key = c.key, "stored object does not decode: {e}");
+            ApiError::internal(format!("unable to decode an event from the watch stream: {}: {e}", c.key))
+        })?;
         let v = with_rv(res.hooks.stored_to_served(v), c.mod_revision);
-        Some(Arc::new(CachedObject::new(res, &v, c.mod_revision)))
+        Ok(Arc::new(CachedObject::new(res, &v, c.mod_revision)))
     };
-    let prev = c.prev_value.as_deref().and_then(decode);
+    let prev = c.prev_value.as_deref().map(decode).transpose()?;
     let (kind, obj) = match &c.value {
         Some(bytes) => (if prev.is_some() { EventType::Modified } else { EventType::Added }, decode(bytes)?),
         // A deletion reports the last state, at the deletion's revision (`decode` set it).
-        None => (EventType::Deleted, prev.clone()?),
+        None => match prev.clone() {
+            Some(p) => (EventType::Deleted, p),
+            None => return Ok(None),
+        },
     };
-    translate(filter, &Event { kind, key, obj, prev, rv: c.mod_revision })
+    Ok(translate(filter, &Event { kind, key, obj, prev, rv: c.mod_revision }))
 }
 
 fn error_event(e: &ApiError) -> Event {

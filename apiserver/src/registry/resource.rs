@@ -115,6 +115,11 @@ pub fn info_of<K: k8s_openapi::Resource>(
 
 /// Per-resource behaviour the generic store calls. Every hook has a do-nothing default.
 pub trait Hooks: Send + Sync + 'static {
+    /// What upstream's conversion from the served version into its internal type does
+    /// beyond copying fields (a pod's singular `podIP` and plural `podIPs` kept in step):
+    /// applied to every object a client writes, right after it is decoded.
+    fn convert_in(&self, _obj: &mut Value) {}
+
     /// Fills in defaults (upstream's defaulting functions).
     fn default(&self, _obj: &mut Value) {}
 

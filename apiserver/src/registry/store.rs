@@ -90,7 +90,7 @@ impl ListPage {
     /// The list object as JSON; cached items are copied in as they are, not re-encoded.
     pub fn to_json(&self) -> Vec<u8> {
         let head = json!({ "kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata() });
-        let mut out = serde_json::to_vec(&head).unwrap_or_default();
+        let mut out = crate::serializer::object_bytes(&head);
         out.pop(); // the closing brace: the items follow
         out.extend_from_slice(br#","items":["#);
         match &self.items {
@@ -99,7 +99,7 @@ impl ListPage {
                     if i > 0 {
                         out.push(b',');
                     }
-                    let _ = serde_json::to_writer(&mut out, item);
+                    out.extend_from_slice(&crate::serializer::object_bytes(item));
                 }
             }
             Items::Cached(items) => {
@@ -113,7 +113,7 @@ impl ListPage {
                 }
             }
         }
-        out.extend_from_slice(b"]}");
+        out.extend_from_slice(b"]}\n");
         out
     }
 }
@@ -430,6 +430,7 @@ impl Store {
     /// would be stored.
     pub fn prepare_create(&self, ns: Option<&str>, obj: Value) -> ApiResult<Value> {
         let mut obj = (self.res.normalize)(obj)?;
+        self.res.hooks.convert_in(&mut obj);
         let m = meta_mut(&mut obj);
         match (ns, m.get("namespace").and_then(Value::as_str)) {
             (Some(url), Some(body)) if !body.is_empty() && body != url => {
@@ -496,6 +497,7 @@ impl Store {
     pub fn prepare_update(&self, mut new: Value, old: &Value, subresource: Option<&str>) -> ApiResult<Value> {
         let name = name_of(old).to_string();
         new = (self.res.normalize)(new)?;
+        self.res.hooks.convert_in(&mut new);
         let new_uid = meta(&new)["uid"].as_str().map(str::to_string);
         if let Some(uid) = new_uid
             && !uid.is_empty()

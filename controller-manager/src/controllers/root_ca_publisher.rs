@@ -17,17 +17,15 @@ endpoints such as the internal service IP or kubernetes.default.svc. No other us
 distributions of Kubernetes clusters.";
 
 pub fn start(ctx: &Context) -> Result<(), Error> {
-    let ca = match &ctx.root_ca {
-        Some(ca) => ca.clone(),
-        None => {
-            // Nothing to publish (an API server reached over plain HTTP): the other
-            // controllers must still run.
-            tracing::warn!(
-                "no root CA (--root-ca-file or the kubeconfig's): kube-root-ca.crt is not published"
-            );
-            return Ok(());
-        }
-    };
+    // With neither `--root-ca-file` nor a CA in the kubeconfig (an API server reached
+    // over plain HTTP), upstream publishes its client config's CA data as it is, empty:
+    // pods that mount the ConfigMap still start, and the object says what is known.
+    let ca = ctx.root_ca.clone().unwrap_or_else(|| {
+        tracing::warn!(
+            "no root CA (--root-ca-file or the kubeconfig's): kube-root-ca.crt is published empty"
+        );
+        Arc::new(String::new())
+    });
     let namespaces = ctx.informers.get::<Namespace>();
     let configmaps = ctx.informers.get::<ConfigMap>();
     let queue = ctx.queue("root_ca_cert_publisher");

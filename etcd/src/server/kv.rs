@@ -85,8 +85,19 @@ impl Kv for KvService {
             return Err(EtcdError::Internal("unexpected apply response to a compaction".into()).into());
         };
         if physical {
-            // The compaction thread answers once the revisions left the backend.
-            let _ = done.await;
+            // The compaction thread answers once the revisions left the backend; a
+            // failure there is the client's answer too, not a success.
+            match done.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err(EtcdError::Internal(format!("physical compaction failed: {e}")).into());
+                }
+                Err(_) => {
+                    return Err(
+                        EtcdError::Internal("the compaction stopped before it finished".into()).into()
+                    );
+                }
+            }
         }
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))

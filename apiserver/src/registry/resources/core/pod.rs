@@ -221,7 +221,31 @@ fn validate_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// Upstream's v1 → internal pod status conversion keeps the singular address field and
+/// the plural list in step, so that a writer that sets one (an older kubelet, a client
+/// patching `podIP`) and a reader of the other (the EndpointSlice controller reads
+/// `podIPs`) agree: the singular wins when both are set and differ (older clients only know
+/// it), fills the list when it is empty, and is filled from the list's first entry.
+fn sync_ip_fields(status: &mut Value, single: &str, plural: &str) {
+    let one = status[single].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let first = status[plural][0]["ip"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    match (one, first) {
+        (Some(ip), first) if first.as_deref() != Some(ip.as_str()) => {
+            status[plural] = json!([{ "ip": ip }]);
+        }
+        (None, Some(ip)) => status[single] = json!(ip),
+        _ => {}
+    }
+}
+
 impl Hooks for PodHooks {
+    fn convert_in(&self, obj: &mut Value) {
+        if let Some(status) = obj.get_mut("status").filter(|s| s.is_object()) {
+            sync_ip_fields(status, "podIP", "podIPs");
+            sync_ip_fields(status, "hostIP", "hostIPs");
+        }
+    }
+
     fn warnings(&self, obj: &Value) -> Vec<String> {
         crate::registry::resources::core::pod_warnings::warnings(
             &obj["metadata"],
@@ -408,6 +432,35 @@ mod tests {
             "metadata": { "name": "p", "namespace": "default" },
             "spec": { "containers": [{ "name": "c", "image": "nginx:1", "resources": { "limits": { "cpu": "1", "memory": "1Gi" } } }] },
         }))
+    }
+
+    #[test]
+    fn singular_and_plural_addresses_kept_in_step() {
+        let converted = |status: Value| {
+            let mut p = json!({ "status": status });
+            PodHooks.convert_in(&mut p);
+            p["status"].take()
+        };
+        // Only the singular: the list is made from it.
+        assert_eq!(
+            converted(json!({ "podIP": "10.0.0.5", "hostIP": "192.0.2.1" })),
+            json!({ "podIP": "10.0.0.5", "podIPs": [{ "ip": "10.0.0.5" }],
+                    "hostIP": "192.0.2.1", "hostIPs": [{ "ip": "192.0.2.1" }] })
+        );
+        // Only the list: the singular is its first entry.
+        assert_eq!(
+            converted(json!({ "podIPs": [{ "ip": "10.0.0.5" }, { "ip": "fd00::5" }] })),
+            json!({ "podIP": "10.0.0.5", "podIPs": [{ "ip": "10.0.0.5" }, { "ip": "fd00::5" }] })
+        );
+        // Both, differing: the singular is authoritative (older clients only know it).
+        assert_eq!(
+            converted(json!({ "podIP": "10.0.0.6", "podIPs": [{ "ip": "10.0.0.5" }, { "ip": "fd00::5" }] })),
+            json!({ "podIP": "10.0.0.6", "podIPs": [{ "ip": "10.0.0.6" }] })
+        );
+        // Both, agreeing, and neither: unchanged.
+        let both = json!({ "podIP": "10.0.0.5", "podIPs": [{ "ip": "10.0.0.5" }, { "ip": "fd00::5" }] });
+        assert_eq!(converted(both.clone()), both);
+        assert_eq!(converted(json!({ "phase": "Pending" })), json!({ "phase": "Pending" }));
     }
 
     #[test]

@@ -7,18 +7,26 @@
 //! HTTP 401 rather than a failed handshake, and a client with a bad certificate can
 //! still authenticate with a bearer token.
 //!
+//! The chain is judged as Go's `x509` package judges it ([`chain`]): X.509 v1 client
+//! certificates, which `openssl x509 -req` makes without an extensions file, are accepted
+//! as upstream accepts them.
+//!
 //! The user is the leaf's subject CommonName, its groups the subject Organizations, with
 //! upstream's `authentication.kubernetes.io/credential-id` `X509SHA256=<hex digest>`.
+
+pub mod chain;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
+use rustls::crypto::{
+    CryptoProvider, WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature,
+    verify_tls13_signature_with_raw_key,
+};
+use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 
 use super::serviceaccount::claims::CREDENTIAL_ID_KEY;
@@ -91,7 +99,11 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        let algs = &self.provider.signature_verification_algorithms;
+        match v1_public_key(cert)? {
+            Some(spki) => verify_tls12_with_key(message, &spki, dss, algs),
+            None => verify_tls12_signature(message, cert, dss, algs),
+        }
     }
 
     fn verify_tls13_signature(
@@ -100,7 +112,11 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        let algs = &self.provider.signature_verification_algorithms;
+        match v1_public_key(cert)? {
+            Some(spki) => verify_tls13_signature_with_raw_key(message, &spki, dss, algs),
+            None => verify_tls13_signature(message, cert, dss, algs),
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -108,22 +124,76 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
+/// The public key (SubjectPublicKeyInfo DER) of an X.509 v1 certificate; None for other
+/// versions. rustls checks handshake signatures with webpki, which parses only v3
+/// end-entity certificates, so for v1 the key is taken out here and checked as a raw key.
+fn v1_public_key(
+    cert: &CertificateDer<'_>,
+) -> Result<Option<SubjectPublicKeyInfoDer<'static>>, rustls::Error> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
+        .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    if parsed.version() != x509_parser::x509::X509Version::V1 {
+        return Ok(None);
+    }
+    Ok(Some(SubjectPublicKeyInfoDer::from(parsed.public_key().raw.to_vec())))
+}
+
+/// One DER element: (contents, what follows). Definite lengths of up to four bytes.
+fn der_element(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&first, rest) = input.get(1..).and_then(|r| r.split_first())?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        (rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize), &rest[n..])
+    };
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+/// A TLS 1.2 handshake signature checked with a raw key, as rustls checks it with a v3
+/// certificate's: each verification algorithm of the scheme whose key type matches.
+fn verify_tls12_with_key(
+    message: &[u8],
+    spki: &SubjectPublicKeyInfoDer<'_>,
+    dss: &DigitallySignedStruct,
+    algs: &WebPkiSupportedAlgorithms,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let bad = || rustls::Error::InvalidCertificate(CertificateError::BadEncoding);
+    // SubjectPublicKeyInfo ::= SEQUENCE { algorithm AlgorithmIdentifier, subjectPublicKey BIT STRING }
+    let (info, _) = der_element(spki.as_ref()).ok_or_else(bad)?;
+    let (alg_id, rest) = der_element(info).ok_or_else(bad)?;
+    let (bits, _) = der_element(rest).ok_or_else(bad)?;
+    let key = bits.get(1..).ok_or_else(bad)?; // after the unused-bits count
+    let candidates =
+        algs.mapping.iter().filter(|(scheme, _)| *scheme == dss.scheme).flat_map(|(_, a)| a.iter());
+    for alg in candidates.filter(|a| a.public_key_alg_id().as_ref() == alg_id) {
+        if alg.verify_signature(key, message, dss.signature()).is_ok() {
+            return Ok(HandshakeSignatureValid::assertion());
+        }
+    }
+    Err(rustls::Error::InvalidCertificate(CertificateError::BadSignature))
+}
+
 /// The request side: verifies a connection's certificate chain against the client CA
 /// (validity, client-auth usage, chain to a root) and maps it to a user.
 pub struct ClientCertAuthenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
+    roots: chain::Roots,
 }
 
 impl ClientCertAuthenticator {
     pub fn from_file(ca_file: &Path) -> Result<Self, String> {
-        Self::new(load_roots(ca_file)?)
+        let certs = component_base::tls::load_certs(ca_file).map_err(|e| format!("--client-ca-file: {e}"))?;
+        Self::new(certs)
     }
 
-    pub fn new(roots: RootCertStore) -> Result<Self, String> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| format!("--client-ca-file: {e}"))?;
-        Ok(ClientCertAuthenticator { verifier })
+    /// An authenticator trusting `roots` (the CA bundle's certificates).
+    pub fn new(roots: Vec<CertificateDer<'static>>) -> Result<Self, String> {
+        Ok(ClientCertAuthenticator {
+            roots: chain::Roots::new(roots).map_err(|e| format!("--client-ca-file: {e}"))?,
+        })
     }
 
     /// Judges the chain a client presented (leaf first) at the current time.
@@ -133,7 +203,7 @@ impl ClientCertAuthenticator {
 
     pub fn authenticate_at(&self, chain: &[CertificateDer<'static>], now: UnixTime) -> Verdict {
         let Some((leaf, intermediates)) = chain.split_first() else { return Verdict::NotMine };
-        if let Err(e) = self.verifier.verify_client_cert(leaf, intermediates, now) {
+        if let Err(e) = self.roots.verify(leaf, intermediates, now.as_secs() as i64) {
             return Verdict::Rejected(format!("verifying certificate failed: {e}"));
         }
         match user_of(leaf) {
@@ -195,9 +265,7 @@ pub(crate) mod tests {
     }
 
     fn authenticator(ca: &CertifiedIssuer<'static, KeyPair>) -> ClientCertAuthenticator {
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.der().clone()).unwrap();
-        ClientCertAuthenticator::new(roots).unwrap()
+        ClientCertAuthenticator::new(vec![ca.der().clone()]).unwrap()
     }
 
     #[test]
