@@ -25,6 +25,7 @@
 pub mod alarm;
 pub mod apply;
 pub mod backend;
+pub mod bbolt;
 pub mod bootstrap;
 pub mod compactor;
 pub mod config;

@@ -1,6 +1,11 @@
-//! Point-in-time snapshots of the state machine, as `Maintenance.Snapshot` streams them.
+//! Point-in-time snapshots of the state machine, in two layouts.
 //!
-//! Layout: a magic line, then records `[column family id: u8][key len: u32][value len:
+//! What `Maintenance.Snapshot` streams (`etcdctl snapshot save`) is etcd's own: a bbolt
+//! database with etcd's buckets ([`write_bbolt`]) followed by its sha256, so that
+//! `etcdctl snapshot status` and `etcdctl snapshot restore` work on it, and a snapshot of
+//! upstream etcd can be restored into ours ([`read`] takes both layouts).
+//!
+//! Between members (raft snapshots) the layout is this server's own: a magic line, then records `[column family id: u8][key len: u32][value len:
 //! u32][key][value]` (big-endian lengths), an end record (id 0xff), zero padding to a
 //! multiple of 512 bytes, and the sha256 of everything before it. The padding and trailer
 //! follow etcd's convention, which `etcdctl snapshot restore` uses to find and check the
@@ -12,6 +17,10 @@ use rocksdb::{IteratorMode, ReadOptions};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, CF_KEY, CF_LEASE, CF_META};
+use crate::bbolt;
+use crate::mvcc::kvstore::{META_CURRENT_REV, META_FINISHED_COMPACT, META_SCHEDULED_COMPACT};
+use crate::mvcc::revision::Revision;
+use crate::node::META_CONSISTENT_INDEX;
 
 pub const MAGIC: &[u8; 16] = b"k8s-rs etcd snp1";
 const END: u8 = 0xff;
@@ -107,6 +116,180 @@ pub fn write_from(
     Ok(total)
 }
 
+/// etcd's buckets: every snapshot has them all (`etcdctl snapshot restore` empties
+/// "members" and "members_removed" and fails when they are missing).
+const ETCD_BUCKETS: [&[u8]; 10] = [
+    b"alarm",
+    b"auth",
+    b"authRoles",
+    b"authUsers",
+    b"cluster",
+    b"key",
+    b"lease",
+    b"members",
+    b"members_removed",
+    b"meta",
+];
+
+/// Meta keys whose value etcd stores as a 17-byte revision and we as a u64.
+const REVISION_META: [&[u8]; 2] = [META_SCHEDULED_COMPACT, META_FINISHED_COMPACT];
+
+/// `leasepb.Lease{ID: 1, TTL: 2}`.
+fn encode_lease(id: i64, ttl: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(22);
+    for (tag, v) in [(0x08u8, id), (0x10, ttl)] {
+        out.push(tag);
+        let mut v = v as u64;
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    out
+}
+
+/// The ID and TTL of a `leasepb.Lease` (other fields skipped).
+fn decode_lease(mut b: &[u8]) -> Option<(i64, i64)> {
+    let varint = |b: &mut &[u8]| -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = b.split_first()?;
+            *b = rest;
+            v |= ((byte & 0x7f) as u64) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    };
+    let (mut id, mut ttl) = (0i64, 0i64);
+    while !b.is_empty() {
+        let tag = varint(&mut b)?;
+        match (tag >> 3, tag & 7) {
+            (1, 0) => id = varint(&mut b)? as i64,
+            (2, 0) => ttl = varint(&mut b)? as i64,
+            (_, 0) => {
+                varint(&mut b)?;
+            }
+            (_, 2) => {
+                let n = varint(&mut b)? as usize;
+                b = b.get(n..)?;
+            }
+            (_, 1) => b = b.get(8..)?,
+            (_, 5) => b = b.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some((id, ttl))
+}
+
+fn u64_value(v: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(v.try_into().ok()?))
+}
+
+/// The state machine in a rocksdb snapshot, as etcd's buckets: revisions and leases as
+/// etcd encodes them, the applied index and compaction progress in "meta" (and our
+/// `currentRev`, which etcd ignores). Membership, alarms and ids stay behind: they belong
+/// to the cluster, and a restore replaces them.
+fn etcd_buckets(
+    backend: &Backend,
+    snap: &rocksdb::SnapshotWithThreadMode<'_, rocksdb::DB>,
+) -> io::Result<bbolt::Buckets> {
+    let mut out: bbolt::Buckets = ETCD_BUCKETS.iter().map(|b| (b.to_vec(), Default::default())).collect();
+    let db = backend.db();
+    for cf in [CF_KEY, CF_LEASE, CF_META] {
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(snap);
+        ro.fill_cache(false);
+        for item in db.iterator_cf_opt(backend.cf(cf), ro, IteratorMode::Start) {
+            let (k, v) = item.map_err(io::Error::other)?;
+            let bad =
+                || io::Error::new(io::ErrorKind::InvalidData, format!("{cf} record {k:?} is malformed"));
+            let (bucket, key, value): (&[u8], Vec<u8>, Vec<u8>) = match cf {
+                CF_KEY => (b"key", k.to_vec(), v.to_vec()),
+                CF_LEASE => {
+                    let (id, ttl) = (u64_value(&k).ok_or_else(bad)?, u64_value(&v).ok_or_else(bad)?);
+                    (b"lease", k.to_vec(), encode_lease(id as i64, ttl as i64))
+                }
+                _ if REVISION_META.contains(&&*k) => {
+                    let rev = u64_value(&v).ok_or_else(bad)? as i64;
+                    (b"meta", k.to_vec(), Revision::new(rev, 0).to_bytes().to_vec())
+                }
+                _ if [META_CONSISTENT_INDEX, META_CURRENT_REV].contains(&&*k) => {
+                    (b"meta", k.to_vec(), v.to_vec())
+                }
+                _ => continue,
+            };
+            out.entry(bucket.to_vec()).or_default().insert(key, value);
+        }
+    }
+    Ok(out)
+}
+
+/// A consistent snapshot of `backend` in etcd's layout to `sink` in chunks, as etcd
+/// streams it: the bbolt database, each chunk with the bytes of the database left after it
+/// (`sink(remaining, chunk)`), then its sha256 alone with 0 left. Returns the total size.
+/// The database is built in memory.
+pub fn write_bbolt(
+    backend: &Backend,
+    mut sink: impl FnMut(u64, &[u8]) -> io::Result<()>,
+    chunk: usize,
+) -> io::Result<u64> {
+    let snap = backend.db().snapshot();
+    let file = bbolt::write(&etcd_buckets(backend, &snap)?);
+    drop(snap);
+    let mut left = file.len() as u64;
+    for piece in file.chunks(chunk) {
+        left -= piece.len() as u64;
+        sink(left, piece)?;
+    }
+    sink(0, &Sha256::digest(&file))?;
+    Ok(file.len() as u64 + 32)
+}
+
+/// The records an etcd-layout snapshot (ours or upstream's) stands for.
+fn records_from_etcd(buckets: &bbolt::Buckets) -> io::Result<Vec<Record>> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {m}"));
+    let mut out = Vec::new();
+    let empty = Default::default();
+    let keys = buckets.get(&b"key"[..]).unwrap_or(&empty);
+    let mut current = 0i64;
+    for (k, v) in keys {
+        let (rev, _) = Revision::from_key(k).ok_or_else(|| bad(format!("revision key {k:?}")))?;
+        current = current.max(rev.main);
+        out.push(Record { cf: CF_KEY, key: k.clone(), value: v.clone() });
+    }
+    for (k, v) in buckets.get(&b"lease"[..]).unwrap_or(&empty) {
+        let (id, ttl) = decode_lease(v).ok_or_else(|| bad(format!("lease {k:?}")))?;
+        out.push(Record { cf: CF_LEASE, key: id.to_be_bytes().to_vec(), value: ttl.to_be_bytes().to_vec() });
+    }
+    let meta = buckets.get(&b"meta"[..]).unwrap_or(&empty);
+    for key in REVISION_META {
+        if let Some(v) = meta.get(key) {
+            let (rev, _) =
+                Revision::from_key(v.get(..17).unwrap_or(v)).ok_or_else(|| bad(format!("meta {v:?}")))?;
+            current = current.max(rev.main);
+            out.push(Record {
+                cf: CF_META,
+                key: key.to_vec(),
+                value: (rev.main as u64).to_be_bytes().to_vec(),
+            });
+        }
+    }
+    // Upstream etcd derives the current revision from the history; ours records it (a
+    // snapshot of ours carries it, one of upstream's does not).
+    if let Some(ours) = meta.get(META_CURRENT_REV).and_then(|v| u64_value(v)) {
+        current = current.max(ours as i64);
+    }
+    out.push(Record {
+        cf: CF_META,
+        key: META_CURRENT_REV.to_vec(),
+        value: (current as u64).to_be_bytes().to_vec(),
+    });
+    Ok(out)
+}
+
 /// One record of a snapshot.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
@@ -128,7 +311,8 @@ pub fn read(mut r: impl Read) -> io::Result<Vec<Record>> {
         return Err(bad("sha256 mismatch"));
     }
     if &body[..MAGIC.len()] != MAGIC {
-        return Err(bad("not a snapshot of this server"));
+        let buckets = bbolt::read(body).map_err(|e| bad(&e.to_string()))?;
+        return records_from_etcd(&buckets);
     }
     let mut out = Vec::new();
     let mut p = MAGIC.len();

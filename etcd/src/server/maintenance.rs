@@ -138,16 +138,11 @@ impl Maintenance for MaintenanceService {
         let (tx, rx) = mpsc::channel::<Result<SnapshotResponse, Status>>(4);
         let backend = self.server.backend.clone();
         tokio::task::spawn_blocking(move || {
-            let mut sent = 0u64;
-            let result = snapshot::write(
+            let result = snapshot::write_bbolt(
                 &backend,
-                |total, chunk| {
-                    sent += chunk.len() as u64;
-                    let msg = SnapshotResponse {
-                        header: None,
-                        remaining_bytes: total - sent,
-                        blob: chunk.to_vec(),
-                    };
+                |remaining, chunk| {
+                    let msg =
+                        SnapshotResponse { header: None, remaining_bytes: remaining, blob: chunk.to_vec() };
                     tx.blocking_send(Ok(msg)).map_err(|_| std::io::Error::other("client went away"))
                 },
                 SNAPSHOT_CHUNK,
