@@ -21,7 +21,16 @@ pub fn to_vec(v: &Value) -> Vec<u8> {
 /// An object, compact and without the newline (for the watch cache, whose encodings
 /// become list items and watch events).
 pub fn object_bytes(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(&Ordered(v, Role::Object)).unwrap_or_default()
+    let mut out = Vec::new();
+    write_object(&mut out, v);
+    out
+}
+
+/// [`object_bytes`] appended to `out` (a list body being assembled).
+pub fn write_object(out: &mut Vec<u8>, v: &Value) {
+    // Writing JSON into memory fails only for maps with non-string keys, which a Value
+    // cannot have.
+    let _ = serde_json::to_writer(out, &Ordered(v, Role::Object));
 }
 
 /// Where a map sits, which decides the order of its well-known keys.

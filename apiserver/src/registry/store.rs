@@ -99,7 +99,7 @@ impl ListPage {
                     if i > 0 {
                         out.push(b',');
                     }
-                    out.extend_from_slice(&crate::serializer::object_bytes(item));
+                    crate::serializer::write_object(&mut out, item);
                 }
             }
             Items::Cached(items) => {
