@@ -7,6 +7,8 @@
 //! - [`metrics`]: the Prometheus registry, text exposition (format 0.0.4) and the
 //!   `process_*` collector that Go's client registers by default.
 //! - [`tls`]: PEM loading and rustls server/client configurations (ring provider).
+//! - [`keyutil`]: RSA/ECDSA signing and verifying keys from PEM, with upstream's key IDs
+//!   (service-account tokens, etcd's JWT auth tokens).
 //! - [`shutdown`]: one cloneable shutdown signal, triggered by SIGTERM/SIGINT.
 //! - [`http`]: the HTTP/1.1 + HTTP/2 (optionally TLS) connection loop, and the
 //!   `/metrics` and health endpoints every component serves.
@@ -24,6 +26,7 @@ pub mod client;
 pub mod duration;
 pub mod events;
 pub mod http;
+pub mod keyutil;
 pub mod labels;
 pub mod leaderelection;
 pub mod logging;

@@ -247,6 +247,52 @@ impl MemberSpec {
     }
 }
 
+/// Restores `snap` (an `etcdctl snapshot save` file) into a fresh data dir with `to`'s
+/// tool (Debian's `etcdctl snapshot restore`, or our `etcd snapshot restore`) and starts
+/// a single member of that flavor on it; `health_user` as in [`EtcdOptions`].
+pub fn restore_and_start(to: Flavor, snap: &std::path::Path, health_user: Option<&str>) -> Etcd {
+    let (specs, initial) = plan(1);
+    let spec = &specs[0];
+    let dirs = tempfile::tempdir().expect("tempdir");
+    let data_dir = dirs.path().join("restored");
+    let mut restore = match to {
+        Flavor::Real => {
+            let mut c = std::process::Command::new(crate::ETCDCTL);
+            c.env("ETCDCTL_API", "3");
+            c
+        }
+        Flavor::Ours => std::process::Command::new(crate::bin("etcd")),
+    };
+    let out = restore
+        .arg("snapshot")
+        .arg("restore")
+        .arg(snap)
+        .args(["--name", &spec.name, "--data-dir", data_dir.to_str().expect("utf-8 path")])
+        .args(["--initial-cluster", &initial, "--initial-advertise-peer-urls", &spec.peer_url()])
+        .output()
+        .expect("running the restore tool");
+    assert!(
+        out.status.success(),
+        "{to:?} restore of {}: {}",
+        snap.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut etcd = Etcd::start(EtcdOptions {
+        flavor: to,
+        ip: Some(spec.ip),
+        name: Some(spec.name.clone()),
+        client_port: Some(spec.client_port),
+        peer_port: Some(spec.peer_port),
+        initial_cluster: Some(initial.clone()),
+        data_dir: Some(data_dir),
+        health_user: health_user.map(str::to_string),
+        ..Default::default()
+    });
+    // The restored data dir lives as long as the member.
+    etcd.keep_alive(dirs);
+    etcd
+}
+
 impl Etcd {
     /// Whether the server's log (all of it) contains `needle`.
     pub fn log_contains(&self, needle: &str) -> bool {

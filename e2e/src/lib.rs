@@ -164,6 +164,8 @@ pub struct EtcdOptions {
     pub peer_tls: Option<ServerTls>,
     /// An existing data dir to use (a restored snapshot, say) instead of a fresh one.
     pub data_dir: Option<PathBuf>,
+    /// `user:password` the readiness check authenticates as (a data dir with auth on).
+    pub health_user: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -191,6 +193,7 @@ impl Default for EtcdOptions {
             env: Vec::new(),
             peer_tls: None,
             data_dir: None,
+            health_user: None,
         }
     }
 }
@@ -208,9 +211,19 @@ pub struct Etcd {
     pub client_port: u16,
     pub peer_port: u16,
     pub tls: Option<ServerTls>,
+    /// `user:password` for the readiness check once auth is enabled: etcdctl's
+    /// `endpoint health` reads a key, which needs a user then.
+    pub health_user: Option<String>,
+    /// Directories removed with the member (a restored data dir, say).
+    kept: Vec<tempfile::TempDir>,
 }
 
 impl Etcd {
+    /// Keeps `dir` until this member is dropped (after its process is gone).
+    pub fn keep_alive(&mut self, dir: tempfile::TempDir) {
+        self.kept.push(dir);
+    }
+
     pub fn start(opts: EtcdOptions) -> Etcd {
         let dir = tempfile::tempdir().expect("tempdir");
         let ip = opts.ip.unwrap_or_else(loopback_ip);
@@ -278,6 +291,8 @@ impl Etcd {
             client_port,
             peer_port,
             tls: opts.tls,
+            health_user: opts.health_user,
+            kept: Vec::new(),
         };
         etcd.spawn();
         if !opts.no_wait {
@@ -314,7 +329,10 @@ impl Etcd {
             {
                 panic!("etcd exited with {status} before becoming ready; log:\n{}", self.log_tail(60));
             }
-            let out = self.etcdctl(&["endpoint", "health", "--command-timeout=2s"]);
+            let user = self.health_user.as_ref().map(|u| format!("--user={u}"));
+            let mut args = vec!["endpoint", "health", "--command-timeout=2s"];
+            args.extend(user.as_deref());
+            let out = self.etcdctl(&args);
             if out.status.success() {
                 return;
             }

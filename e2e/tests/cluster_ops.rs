@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::cluster::plan;
+use e2e::cluster::{plan, restore_and_start};
 use e2e::pki::Pki;
 use e2e::{Etcd, EtcdOptions, json, wait_for};
 
@@ -169,40 +169,7 @@ fn snapshots_move_between_upstream_etcd_and_ours() {
         assert_eq!(status["revision"].as_i64(), Some(rev), "{from:?}: {status}");
         assert!(status["totalKey"].as_i64().unwrap() >= 302, "{from:?}: {status}");
 
-        let (specs, initial) = plan(1);
-        let spec = &specs[0];
-        let dirs = tempfile::tempdir().unwrap();
-        let data_dir = dirs.path().join("restored");
-        let mut restore = match to {
-            e2e::Flavor::Real => {
-                let mut c = Command::new("etcdctl");
-                c.env("ETCDCTL_API", "3");
-                c
-            }
-            e2e::Flavor::Ours => Command::new(e2e::bin("etcd")),
-        };
-        let out = restore
-            .args(["snapshot", "restore", snap.to_str().unwrap(), "--name", &spec.name])
-            .args(["--data-dir", data_dir.to_str().unwrap(), "--initial-cluster", &initial])
-            .args(["--initial-advertise-peer-urls", &spec.peer_url()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{to:?} restore of {from:?}'s snapshot: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        drop(old);
-        let new = Etcd::start(EtcdOptions {
-            flavor: to,
-            ip: Some(spec.ip),
-            name: Some(spec.name.clone()),
-            client_port: Some(spec.client_port),
-            peer_port: Some(spec.peer_port),
-            initial_cluster: Some(initial.clone()),
-            data_dir: Some(data_dir),
-            ..Default::default()
-        });
+        let new = restore_and_start(to, &snap, None);
         let what = format!("{from:?} snapshot restored into {to:?}");
         let keys = new.etcdctl_ok(&["get", "/move/", "--prefix", "--keys-only"]);
         assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 300, "{what}: {keys}");

@@ -23,6 +23,7 @@ use rocksdb::WriteBatch;
 use tokio::sync::oneshot;
 
 use crate::alarm::Alarms;
+use crate::auth::{Access, AuthResult, AuthStore, AuthWriter, Origin};
 use crate::backend::Backend;
 use crate::error::EtcdError;
 use crate::lease::Lessor;
@@ -47,6 +48,7 @@ pub enum ApplyResponse {
     Alarm(AlarmResponse),
     /// A member's attributes were recorded.
     Published,
+    Auth(AuthResult),
 }
 
 /// A compaction whose index part is applied; the backend part runs off the apply path.
@@ -62,6 +64,7 @@ pub struct Applier {
     pub store: Arc<KvStore>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
+    pub auth: Arc<AuthStore>,
     pub watchable: Arc<WatchableStore>,
     pub members: Arc<crate::membership::Membership>,
     /// Physical compactions, run by a background thread.
@@ -118,17 +121,25 @@ impl<'a> ApplyBatch<'a> {
     }
 
     fn apply_request(&mut self, req: InternalRaftRequest) -> ApplyResult {
+        let origin = Origin::from_header(req.header.as_ref());
+        if is_auth_request(&req) {
+            return self.apply_auth(req, &origin).map(ApplyResponse::Auth);
+        }
         let no_space = self.applier.alarms.is_active(AlarmType::Nospace);
+        let auth = &*self.applier.auth;
         if let Some(r) = req.put {
+            check_put(auth, &self.applier.lessor, &origin, &r)?;
             if no_space {
                 return Err(EtcdError::NoSpace);
             }
             return self.put(&r).map(ApplyResponse::Put);
         }
         if let Some(r) = req.delete_range {
+            check_delete(auth, &origin, &r)?;
             return Ok(ApplyResponse::DeleteRange(self.delete_range(&r)?));
         }
         if let Some(r) = req.txn {
+            check_txn_auth(auth, &self.applier.lessor, &origin, &r)?;
             if no_space && txn_has_put(&r) {
                 return Err(EtcdError::NoSpace);
             }
@@ -150,6 +161,8 @@ impl<'a> ApplyBatch<'a> {
             }));
         }
         if let Some(r) = req.lease_revoke {
+            // Revoking deletes the lease's keys: the client must be allowed to write each.
+            check_lease_keys(auth, &self.applier.lessor, &origin, r.id)?;
             let keys = self.applier.lessor.revoke(&self.applier.backend, self.writer.batch(), r.id)?;
             let mut txn = self.writer.txn();
             for k in &keys {
@@ -180,6 +193,78 @@ impl<'a> ApplyBatch<'a> {
             return Err(EtcdError::Unimplemented("range through raft"));
         }
         Err(EtcdError::Unimplemented("this raft request type"))
+    }
+
+    /// The auth requests (etcd's `authApplierV3` checks, then its auth store).
+    fn apply_auth(&mut self, req: InternalRaftRequest, origin: &Origin) -> Result<AuthResult, EtcdError> {
+        let store = &*self.applier.auth;
+        if let Some(r) = req.auth_user_get {
+            // Anyone may read their own user.
+            if !matches!(origin, Origin::Client(i) if i.username == r.name) {
+                store.check_admin(origin)?;
+            }
+            return store.user_get(&r.name);
+        }
+        if let Some(r) = req.auth_role_get {
+            // ... and the roles they hold.
+            if !store.has_role(origin, &r.role) {
+                store.check_admin(origin)?;
+            }
+            return store.role_get(&r.role);
+        }
+        if let Some(r) = req.authenticate {
+            let id = req.header.as_ref().map_or(req.id, |h| h.id);
+            return self.auth_writer().authenticate(&r.name, &r.simple_token, id);
+        }
+        store.check_admin(origin)?;
+        if req.auth_status.is_some() {
+            return Ok(store.status());
+        }
+        if req.auth_user_list.is_some() {
+            return Ok(store.user_list());
+        }
+        if req.auth_role_list.is_some() {
+            return Ok(store.role_list());
+        }
+        let mut w = self.auth_writer();
+        if req.auth_enable.is_some() {
+            return w.enable();
+        }
+        if req.auth_disable.is_some() {
+            return w.disable();
+        }
+        if let Some(r) = req.auth_user_add {
+            return w.user_add(&r);
+        }
+        if let Some(r) = req.auth_user_delete {
+            return w.user_delete(&r.name);
+        }
+        if let Some(r) = req.auth_user_change_password {
+            return w.user_change_password(&r);
+        }
+        if let Some(r) = req.auth_user_grant_role {
+            return w.user_grant_role(&r);
+        }
+        if let Some(r) = req.auth_user_revoke_role {
+            return w.user_revoke_role(&r);
+        }
+        if let Some(r) = req.auth_role_add {
+            return w.role_add(&r.name);
+        }
+        if let Some(r) = req.auth_role_delete {
+            return w.role_delete(&r.role);
+        }
+        if let Some(r) = req.auth_role_grant_permission {
+            return w.role_grant_permission(&r);
+        }
+        if let Some(r) = req.auth_role_revoke_permission {
+            return w.role_revoke_permission(&r);
+        }
+        Err(EtcdError::Unimplemented("this auth request type"))
+    }
+
+    fn auth_writer(&mut self) -> AuthWriter<'_> {
+        AuthWriter { store: &self.applier.auth, backend: &self.applier.backend, batch: self.writer.batch() }
     }
 
     fn put(&mut self, r: &PutRequest) -> Result<PutResponse, EtcdError> {
@@ -234,6 +319,89 @@ impl<'a> ApplyBatch<'a> {
 /// A response header carrying only the revision; the server fills in the rest.
 pub fn header(rev: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader { revision: rev, ..Default::default() })
+}
+
+fn is_auth_request(r: &InternalRaftRequest) -> bool {
+    r.auth_enable.is_some()
+        || r.auth_disable.is_some()
+        || r.auth_status.is_some()
+        || r.authenticate.is_some()
+        || r.auth_user_add.is_some()
+        || r.auth_user_delete.is_some()
+        || r.auth_user_get.is_some()
+        || r.auth_user_change_password.is_some()
+        || r.auth_user_grant_role.is_some()
+        || r.auth_user_revoke_role.is_some()
+        || r.auth_user_list.is_some()
+        || r.auth_role_list.is_some()
+        || r.auth_role_add.is_some()
+        || r.auth_role_delete.is_some()
+        || r.auth_role_get.is_some()
+        || r.auth_role_grant_permission.is_some()
+        || r.auth_role_revoke_permission.is_some()
+}
+
+/// A put needs write access to its key, read access too when it returns the previous
+/// value, and write access to every key of the lease it attaches (etcd's
+/// `checkLeasePuts`: revoking that lease will delete them).
+fn check_put(auth: &AuthStore, lessor: &Lessor, origin: &Origin, r: &PutRequest) -> Result<(), EtcdError> {
+    if !auth.is_enabled() {
+        return Ok(());
+    }
+    auth.check_range(origin, &r.key, &[], Access::Write)?;
+    if r.prev_kv {
+        auth.check_range(origin, &r.key, &[], Access::Read)?;
+    }
+    if r.lease != 0 {
+        check_lease_keys(auth, lessor, origin, r.lease)?;
+    }
+    Ok(())
+}
+
+fn check_delete(auth: &AuthStore, origin: &Origin, r: &DeleteRangeRequest) -> Result<(), EtcdError> {
+    auth.check_range(origin, &r.key, &r.range_end, Access::Write)?;
+    if r.prev_kv {
+        auth.check_range(origin, &r.key, &r.range_end, Access::Read)?;
+    }
+    Ok(())
+}
+
+fn check_lease_keys(auth: &AuthStore, lessor: &Lessor, origin: &Origin, lease: i64) -> Result<(), EtcdError> {
+    if !auth.is_enabled() {
+        return Ok(());
+    }
+    for key in lessor.status(lease).map(|s| s.keys).unwrap_or_default() {
+        auth.check_range(origin, &key, &[], Access::Write)?;
+    }
+    Ok(())
+}
+
+/// A transaction needs read access to what it compares and the access of every
+/// operation in both branches, whichever runs (etcd's `checkTxnReqsPermission`).
+fn check_txn_auth(
+    auth: &AuthStore,
+    lessor: &Lessor,
+    origin: &Origin,
+    r: &TxnRequest,
+) -> Result<(), EtcdError> {
+    if !auth.is_enabled() {
+        return Ok(());
+    }
+    for c in &r.compare {
+        auth.check_range(origin, &c.key, &c.range_end, Access::Read)?;
+    }
+    for op in r.success.iter().chain(&r.failure) {
+        match &op.request {
+            Some(request_op::Request::RequestRange(q)) => {
+                auth.check_range(origin, &q.key, &q.range_end, Access::Read)?
+            }
+            Some(request_op::Request::RequestPut(p)) => check_put(auth, lessor, origin, p)?,
+            Some(request_op::Request::RequestDeleteRange(d)) => check_delete(auth, origin, d)?,
+            Some(request_op::Request::RequestTxn(t)) => check_txn_auth(auth, lessor, origin, t)?,
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 fn txn_has_put(r: &TxnRequest) -> bool {

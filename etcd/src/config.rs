@@ -103,6 +103,15 @@ pub struct Flags {
     /// Log level: debug, info, warn, error, panic, or fatal.
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Auth token type: 'simple', or 'jwt,pub-key=<path>,priv-key=<path>,sign-method=<alg>,ttl=<duration>'.
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+    /// Seconds a simple token lives without being used.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+    /// bcrypt cost of hashed passwords (4 to 31).
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    pub bcrypt_cost: u32,
 }
 
 /// Subcommands beside running the server.
@@ -177,6 +186,10 @@ pub struct ServerConfig {
     pub peer_tls: Option<TlsFiles>,
     pub watch_progress_notify_interval: Duration,
     pub log_level: String,
+    /// `--auth-token`, parsed (and its key files read) when the server starts.
+    pub auth_token: String,
+    pub auth_token_ttl: Duration,
+    pub bcrypt_cost: u32,
 }
 
 impl ServerConfig {
@@ -308,7 +321,17 @@ impl Flags {
             return Err(invalid("experimental-watch-progress-notify-interval", "must be positive"));
         }
 
+        if !(4..=31).contains(&self.bcrypt_cost) {
+            return Err(invalid("bcrypt-cost", format!("{} is outside 4..=31", self.bcrypt_cost)));
+        }
+        if self.auth_token_ttl == 0 {
+            return Err(invalid("auth-token-ttl", "must be positive"));
+        }
+
         Ok(ServerConfig {
+            auth_token: self.auth_token,
+            auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
+            bcrypt_cost: self.bcrypt_cost,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name))),
             name: self.name,
             listen_client_urls,

@@ -66,6 +66,40 @@ pub enum EtcdError {
     Unhealthy,
     #[error("etcdserver: corrupt cluster")]
     Corrupt,
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExist,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExist,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthMgmt,
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
     #[error("etcdserver: {0}")]
     InvalidArgument(String),
     #[error("etcdserver: {0} is not supported by this server")]
@@ -80,6 +114,15 @@ impl EtcdError {
         match self {
             EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
             | RequestTooLarge | MemberBadUrls | InvalidArgument(_) => Code::InvalidArgument,
+            UserEmpty | RoleEmpty | AuthFailed | PermissionNotGiven | InvalidAuthMgmt | AuthOldRevision => {
+                Code::InvalidArgument
+            }
+            RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound | RoleAlreadyExist
+            | RoleNotFound | RoleNotGranted | PermissionNotGranted | AuthNotEnabled => {
+                Code::FailedPrecondition
+            }
+            PermissionDenied => Code::PermissionDenied,
+            InvalidAuthToken => Code::Unauthenticated,
             MemberExists | PeerUrlExists | IdRemoved | MemberNotLearner | LearnerNotReady
             | NotEnoughStarted | BadLeaderTransferee => Code::FailedPrecondition,
             LeaderTransferTimeout => Code::DeadlineExceeded,

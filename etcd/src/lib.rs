@@ -11,10 +11,12 @@
 //! - [`apply`]: committed entries → state changes, with etcd's request semantics.
 //! - [`mvcc`]: revisions, the key index, the key-value store and watchers.
 //! - [`lease`], [`alarm`], [`membership`]: the rest of the replicated state.
+//! - [`auth`]: users, roles, permissions and tokens (etcd's auth store), and the checks
+//!   every request passes while auth is enabled.
 //! - [`bootstrap`]: a new cluster, a restart, or joining a running cluster.
 //! - [`peer`]: the transport between members (raft messages, snapshots, leader calls);
 //!   [`snapshotter`] makes the snapshots a lagging member is sent.
-//! - [`server`]: the gRPC services (KV, Watch, Lease, Cluster, Maintenance).
+//! - [`server`]: the gRPC services (KV, Watch, Lease, Cluster, Maintenance, Auth).
 //! - [`http`]: `/metrics`, `/health`, `/version` beside gRPC on the client port; the peer port.
 //! - [`snapshot`], [`compactor`], [`metrics`], [`idgen`], [`raft_logger`].
 //!
@@ -24,6 +26,7 @@
 
 pub mod alarm;
 pub mod apply;
+pub mod auth;
 pub mod backend;
 pub mod bbolt;
 pub mod bootstrap;
@@ -53,7 +56,7 @@ use component_base::http::{ServeOptions, serve};
 use component_base::shutdown::Shutdown;
 use proto::etcdpeer::peer_server::PeerServer;
 use proto::etcdserverpb::{
-    cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
+    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
     maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use tokio::net::TcpListener;
@@ -104,6 +107,8 @@ pub enum StartError {
     },
     #[error("{0}")]
     Membership(String),
+    #[error("--auth-token: {0}")]
+    AuthToken(#[from] auth::token::TokenConfigError),
 }
 
 /// A started server: its bound addresses and the handle to stop it.
@@ -154,6 +159,8 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         lessor.attach(lease, &key);
     }
     let alarms = Arc::new(Alarms::load(&backend)?);
+    let tokens = auth::token::TokenProvider::from_flag(&cfg.auth_token, cfg.auth_token_ttl)?;
+    let auth = Arc::new(auth::AuthStore::load(&backend, tokens, cfg.bcrypt_cost)?);
     let watchable = WatchableStore::new(store.clone(), backend.clone());
     let metrics = Arc::new(Metrics::new(SERVER_VERSION, cfg.quota_backend_bytes));
     metrics.register_store(backend.clone(), store.clone(), watchable.clone());
@@ -165,6 +172,7 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         store: store.clone(),
         lessor: lessor.clone(),
         alarms: alarms.clone(),
+        auth: auth.clone(),
         watchable: watchable.clone(),
         members: members.clone(),
         compactions,
@@ -227,6 +235,7 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         watchable.clone(),
         lessor,
         alarms,
+        auth,
         members,
         NodeHandle { tx: node_tx, status },
         peers,
@@ -290,6 +299,10 @@ pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, Sta
         )
         .add_service(
             MaintenanceServer::new(server::maintenance::MaintenanceService { server: server.clone() })
+                .max_decoding_message_size(grpc_limit),
+        )
+        .add_service(
+            AuthServer::new(server::auth::AuthService { server: server.clone() })
                 .max_decoding_message_size(grpc_limit),
         );
     let routes = routes.routes().prepare();

@@ -51,8 +51,9 @@ pub enum RestoreError {
 }
 
 /// Meta keys that carry over: the revision counter and compaction progress belong to the
-/// key-value history; everything else in meta (members, alarms, ids, raft progress)
-/// belongs to the old cluster.
+/// key-value history, and the auth state (users, roles, enabled) to the data as etcd
+/// restores it; everything else in meta (members, alarms, ids, raft progress) belongs
+/// to the old cluster.
 const KEPT_META: [&[u8]; 3] = [META_CURRENT_REV, META_SCHEDULED_COMPACT, META_FINISHED_COMPACT];
 
 pub async fn run(args: RestoreArgs) -> Result<PathBuf, RestoreError> {
@@ -88,8 +89,10 @@ pub async fn run(args: RestoreArgs) -> Result<PathBuf, RestoreError> {
     let mut batch = WriteBatch::default();
     let mut kept = 0usize;
     for r in &records {
-        let keep =
-            r.cf == CF_KEY || r.cf == CF_LEASE || (r.cf == CF_META && KEPT_META.contains(&r.key.as_slice()));
+        let keep = r.cf == CF_KEY
+            || r.cf == CF_LEASE
+            || (r.cf == CF_META
+                && (KEPT_META.contains(&r.key.as_slice()) || crate::auth::is_meta_key(&r.key)));
         if keep {
             batch.put_cf(backend.cf(r.cf), &r.key, &r.value);
             kept += 1;

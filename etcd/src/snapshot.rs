@@ -16,6 +16,7 @@ use std::io::{self, Read};
 use rocksdb::{IteratorMode, ReadOptions};
 use sha2::{Digest, Sha256};
 
+use crate::auth::{META_AUTH_ENABLED, META_AUTH_REVISION, META_ROLE_PREFIX, META_USER_PREFIX};
 use crate::backend::{Backend, CF_KEY, CF_LEASE, CF_META};
 use crate::bbolt;
 use crate::mvcc::kvstore::{META_CURRENT_REV, META_FINISHED_COMPACT, META_SCHEDULED_COMPACT};
@@ -219,12 +220,46 @@ fn etcd_buckets(
                 _ if [META_CONSISTENT_INDEX, META_CURRENT_REV].contains(&&*k) => {
                     (b"meta", k.to_vec(), v.to_vec())
                 }
-                _ => continue,
+                _ => match auth_bucket_key(&k) {
+                    Some((bucket, key)) => (bucket, key, v.to_vec()),
+                    None => continue,
+                },
             };
             out.entry(bucket.to_vec()).or_default().insert(key, value);
         }
     }
     Ok(out)
+}
+
+/// etcd's auth buckets hold what our meta keys do, byte for byte: "auth" the enabled
+/// flag (`[1]`/`[0]`) and the revision (8 bytes big-endian), "authUsers" and
+/// "authRoles" the `authpb.User`/`authpb.Role` messages by name.
+const AUTH_KEYS: [(&[u8], &[u8], &[u8]); 2] =
+    [(META_AUTH_ENABLED, b"auth", b"authEnabled"), (META_AUTH_REVISION, b"auth", b"authRevision")];
+const AUTH_PREFIXES: [(&[u8], &[u8]); 2] =
+    [(META_USER_PREFIX, b"authUsers"), (META_ROLE_PREFIX, b"authRoles")];
+
+fn auth_bucket_key(meta_key: &[u8]) -> Option<(&'static [u8], Vec<u8>)> {
+    if let Some((_, bucket, key)) = AUTH_KEYS.iter().find(|(m, _, _)| *m == meta_key) {
+        return Some((bucket, key.to_vec()));
+    }
+    AUTH_PREFIXES
+        .iter()
+        .find_map(|(prefix, bucket)| Some((*bucket, meta_key.strip_prefix(*prefix)?.to_vec())))
+}
+
+fn auth_records(buckets: &bbolt::Buckets, out: &mut Vec<Record>) {
+    let empty = Default::default();
+    for (meta_key, bucket, key) in AUTH_KEYS {
+        if let Some(v) = buckets.get(bucket).and_then(|b| b.get(key)) {
+            out.push(Record { cf: CF_META, key: meta_key.to_vec(), value: v.clone() });
+        }
+    }
+    for (prefix, bucket) in AUTH_PREFIXES {
+        for (k, v) in buckets.get(bucket).unwrap_or(&empty) {
+            out.push(Record { cf: CF_META, key: [prefix, k.as_slice()].concat(), value: v.clone() });
+        }
+    }
 }
 
 /// A consistent snapshot of `backend` in etcd's layout to `sink` in chunks, as etcd
@@ -277,6 +312,7 @@ fn records_from_etcd(buckets: &bbolt::Buckets) -> io::Result<Vec<Record>> {
             });
         }
     }
+    auth_records(buckets, &mut out);
     // Upstream etcd derives the current revision from the history; ours records it (a
     // snapshot of ours carries it, one of upstream's does not).
     if let Some(ours) = meta.get(META_CURRENT_REV).and_then(|v| u64_value(v)) {

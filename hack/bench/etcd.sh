@@ -4,17 +4,22 @@
 #   - etcdctl check perf --load=m and --load=l (writes/s, slowest request, stddev)
 #   - etcd-read-bench: linearizable and serializable Range throughput and latency
 #   - resident memory after the runs (VmRSS) and its peak (VmHWM)
+# With AUTH=1 both servers run with auth enabled and every request comes from a
+# non-root user whose role grants readwrite on "/" (simple tokens), so the figures
+# include token lookup and the key-range permission check.
 # Prints both sets of figures and the ratio ours/real. Not a test: machines are shared
 # and noisy, so compare figures from the same run only.
 #
 #   hack/bench/etcd.sh            # full run (~5 minutes)
 #   LOADS="m" READ_SECONDS=5 hack/bench/etcd.sh
+#   AUTH=1 hack/bench/etcd.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 LOADS="${LOADS:-m l}"
 READ_SECONDS="${READ_SECONDS:-10}"
+AUTH="${AUTH:-0}"
 SCRATCH="${SCRATCH:-/var/tmp/etcd-bench}"
 HOST=127.0.0.1
 
@@ -47,7 +52,19 @@ start_server() {
   PID=$!
   EP="$HOST:$cport"
   wait_until "etcd at $EP" 100 0.1 env ETCDCTL_API=3 etcdctl --endpoints="$EP" endpoint health
+  if [[ "$AUTH" == 1 ]]; then
+    local c
+    for c in "user add root:rootpw" "role add root" "user grant-role root root" "user add bench:pw" \
+      "role add bench" "role grant-permission bench readwrite --prefix /" "user grant-role bench bench" \
+      "auth enable"; do
+      # shellcheck disable=SC2086
+      ETCDCTL_API=3 etcdctl --endpoints="$EP" $c >/dev/null
+    done
+  fi
 }
+# The identity requests run as (none without AUTH=1).
+USER_ARGS=()
+if [[ "$AUTH" == 1 ]]; then USER_ARGS=(--user bench:pw); fi
 stop_server() {
   R[$1,rss]=$(( $(awk '/VmRSS/ {print $2}' /proc/$PID/status) / 1024 ))
   R[$1,hwm]=$(( $(awk '/VmHWM/ {print $2}' /proc/$PID/status) / 1024 ))
@@ -60,8 +77,8 @@ run_one() {
   local name=$1 bin=$2
   start_server "$bin"
   local lin ser
-  lin=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS")
-  ser=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS" --serializable --no-preload)
+  lin=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS" "${USER_ARGS[@]}")
+  ser=$("$READ_BENCH" --endpoint "$EP" --duration "$READ_SECONDS" --serializable --no-preload "${USER_ARGS[@]}")
   R[$name,lin]=$(grep -oE 'reads/s=[0-9]+' <<<"$lin" | cut -d= -f2); R[$name,lin_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$lin" | cut -d= -f2)
   R[$name,ser]=$(grep -oE 'reads/s=[0-9]+' <<<"$ser" | cut -d= -f2); R[$name,ser_p99]=$(grep -oE 'p99_ms=[0-9.]+' <<<"$ser" | cut -d= -f2)
   stop_server "$name,reads"
@@ -69,7 +86,7 @@ run_one() {
     start_server "$bin"
     local out
     # check perf exits 1 when it FAILs; the figures are what we want either way.
-    out=$(ETCDCTL_API=3 etcdctl --endpoints="$EP" check perf --load="$load" 2>&1 | tr '\r' '\n' || true)
+    out=$(ETCDCTL_API=3 etcdctl --endpoints="$EP" "${USER_ARGS[@]}" check perf --load="$load" 2>&1 | tr '\r' '\n' || true)
     R[$name,$load,tput]=$(grep -oE 'Throughput (too low: |is )[0-9]+' <<<"$out" | grep -oE '[0-9]+$' || echo 0)
     R[$name,$load,slowest]=$(grep -oE 'took( too long:)? [0-9.]+s' <<<"$out" | grep -oE '[0-9.]+' | head -1 || echo ?)
     R[$name,$load,stddev]=$(grep -oE 'Stddev (too high: |is )[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$' || echo ?)

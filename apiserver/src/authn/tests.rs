@@ -56,7 +56,7 @@ fn setup() -> Setup {
     let tokens = write("tokens.csv", b"admin-token,admin,1,\"system:masters\"\n");
     let ca = x509::tests::ca("client CA");
     let ca_file = write("ca.crt", ca.pem().as_bytes());
-    let key = write("sa.key", include_bytes!("testdata/sa-rsa.key"));
+    let key = write("sa.key", include_bytes!("../../../component-base/testdata/sa-rsa.key"));
     let opts = options::Options {
         token_auth_file: Some(tokens),
         anonymous_auth: true,

@@ -44,6 +44,7 @@ impl Node {
             self.applier.lessor.attach(lease, &key);
         }
         self.applier.alarms.reload(&self.backend).map_err(|e| format!("reloading alarms: {e}"))?;
+        self.applier.auth.reload(&self.backend).map_err(|e| format!("reloading auth: {e}"))?;
         self.applier.members.reload(&self.backend).map_err(|e| format!("reloading members: {e}"))?;
         self.applier.watchable.resync_all(seen);
         self.transport.update_peers(&self.applier.members.list());

@@ -101,6 +101,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        self.server.check_admin(&request)?;
         let r = request.into_inner();
         check_urls(&r.peer_ur_ls)?;
         let members = self.server.members.list();
@@ -139,6 +140,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
+        self.server.check_admin(&request)?;
         let id = request.into_inner().id;
         let member = self.server.members.get(id).ok_or(EtcdError::MemberNotFound)?;
         if !member.is_learner {
@@ -157,6 +159,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        self.server.check_admin(&request)?;
         let r = request.into_inner();
         check_urls(&r.peer_ur_ls)?;
         let mut member = self.server.members.get(r.id).ok_or(EtcdError::MemberNotFound)?;
@@ -182,6 +185,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
+        self.server.check_admin(&request)?;
         let id = request.into_inner().id;
         let member = self.server.members.get(id).ok_or(EtcdError::MemberNotFound)?;
         if !member.is_learner {

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use super::{EtcdServer, expect_response};
 use crate::apply::{ApplyResponse, range_with};
+use crate::auth::{Access, Origin};
 use crate::error::EtcdError;
 use crate::mvcc::KeyRange;
 
@@ -23,8 +24,12 @@ pub struct KvService {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         check_range(&r)?;
+        if let Some(info) = caller {
+            self.server.auth.check_range(&Origin::Client(info), &r.key, &r.range_end, Access::Read)?;
+        }
         if !r.serializable {
             self.server.linearizable_read().await?;
         }
@@ -34,10 +39,12 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         check_put(&r)?;
         self.server.check_quota(EtcdServer::put_cost(&r.key, &r.value)).await?;
-        let result = self.server.propose(InternalRaftRequest { put: Some(r), ..Default::default() }).await;
+        let result =
+            self.server.propose_as(InternalRaftRequest { put: Some(r), ..Default::default() }, &caller).await;
         let mut resp = expect_response!(result, Put)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
@@ -47,18 +54,22 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         if r.key.is_empty() {
             return Err(EtcdError::EmptyKey.into());
         }
-        let result =
-            self.server.propose(InternalRaftRequest { delete_range: Some(r), ..Default::default() }).await;
+        let result = self
+            .server
+            .propose_as(InternalRaftRequest { delete_range: Some(r), ..Default::default() }, &caller)
+            .await;
         let mut resp = expect_response!(result, DeleteRange)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         check_txn(&r, self.server.limits.max_txn_ops)?;
         check_intervals(&r.success)?;
@@ -67,7 +78,8 @@ impl Kv for KvService {
         if cost > 0 {
             self.server.check_quota(cost).await?;
         }
-        let result = self.server.propose(InternalRaftRequest { txn: Some(r), ..Default::default() }).await;
+        let result =
+            self.server.propose_as(InternalRaftRequest { txn: Some(r), ..Default::default() }, &caller).await;
         let mut resp = expect_response!(result, Txn)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
@@ -77,10 +89,13 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         let physical = r.physical;
-        let result =
-            self.server.propose(InternalRaftRequest { compaction: Some(r), ..Default::default() }).await?;
+        let result = self
+            .server
+            .propose_as(InternalRaftRequest { compaction: Some(r), ..Default::default() }, &caller)
+            .await?;
         let ApplyResponse::Compaction { mut resp, physical: done } = result else {
             return Err(EtcdError::Internal("unexpected apply response to a compaction".into()).into());
         };

@@ -39,6 +39,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let mut r = request.into_inner();
         if r.ttl > MAX_LEASE_TTL {
             return Err(EtcdError::LeaseTtlTooLarge.into());
@@ -47,8 +48,10 @@ impl Lease for LeaseService {
         if r.id == 0 {
             r.id = self.server.idgen.next_lease_id();
         }
-        let result =
-            self.server.propose(InternalRaftRequest { lease_grant: Some(r), ..Default::default() }).await;
+        let result = self
+            .server
+            .propose_as(InternalRaftRequest { lease_grant: Some(r), ..Default::default() }, &caller)
+            .await;
         let mut resp = expect_response!(result, LeaseGrant)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
@@ -58,9 +61,12 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
-        let result =
-            self.server.propose(InternalRaftRequest { lease_revoke: Some(r), ..Default::default() }).await;
+        let result = self
+            .server
+            .propose_as(InternalRaftRequest { lease_revoke: Some(r), ..Default::default() }, &caller)
+            .await;
         let mut resp = expect_response!(result, LeaseRevoke)?;
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))

@@ -40,12 +40,16 @@ fn alarm_text(member_id: u64, alarm: i32) -> String {
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let caller = self.server.caller(&request)?;
         let r = request.into_inner();
         if r.action() == AlarmAction::Get {
             // Alarm responses carry no header in etcd 3.4.
             return Ok(Response::new(AlarmResponse { header: None, alarms: self.server.alarms.list() }));
         }
-        let result = self.server.propose(InternalRaftRequest { alarm: Some(r), ..Default::default() }).await;
+        let result = self
+            .server
+            .propose_as(InternalRaftRequest { alarm: Some(r), ..Default::default() }, &caller)
+            .await;
         let mut resp = expect_response!(result, Alarm)?;
         resp.header = None;
         Ok(Response::new(resp))
@@ -77,8 +81,9 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _request: Request<DefragmentRequest>,
+        request: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        check_admin(&self.server, &request)?;
         let backend = self.server.backend.clone();
         tokio::task::spawn_blocking(move || backend.defragment())
             .await
@@ -89,7 +94,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(DefragmentResponse { header: None }))
     }
 
-    async fn hash(&self, _request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        check_admin(&self.server, &request)?;
         let server = self.server.clone();
         let (hash, rev) = tokio::task::spawn_blocking(move || -> Result<(u32, i64), EtcdError> {
             let backend = &server.backend;
@@ -115,6 +121,7 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        check_admin(&self.server, &request)?;
         let rev = request.into_inner().revision;
         let store = self.server.store.clone();
         let (hash, hashed_rev, compact) = tokio::task::spawn_blocking(move || store.hash_kv(rev))
@@ -133,8 +140,9 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _request: Request<SnapshotRequest>,
+        request: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        check_admin(&self.server, &request)?;
         let (tx, rx) = mpsc::channel::<Result<SnapshotResponse, Status>>(4);
         let backend = self.server.backend.clone();
         tokio::task::spawn_blocking(move || {
@@ -162,6 +170,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        check_admin(&self.server, &request)?;
         let target = request.into_inner().target_id;
         let s = &self.server;
         if !s.node.status.is_leader() {
@@ -186,8 +195,17 @@ impl Maintenance for MaintenanceService {
 
     async fn downgrade(
         &self,
-        _request: Request<DowngradeRequest>,
+        request: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
+        check_admin(&self.server, &request)?;
         Err(EtcdError::Unimplemented("cluster version downgrade").into())
     }
+}
+
+/// etcd's authMaintenanceServer: root only while auth is enabled. etcd 3.4 returns its
+/// auth store's errors untranslated (code Unknown, "auth: ..."), which etcdctl prints.
+fn check_admin<T>(server: &EtcdServer, request: &Request<T>) -> Result<(), Status> {
+    server
+        .check_admin(request)
+        .map_err(|e| Status::unknown(e.to_string().replacen("etcdserver: ", "auth: ", 1)))
 }

@@ -2,6 +2,7 @@
 //! (`propose`) and how a read is made linearizable (`linearizable_read`). One module per
 //! gRPC service, as etcd's `v3rpc` package has one file per service.
 
+pub mod auth;
 pub mod cluster;
 pub mod kv;
 pub mod lease;
@@ -21,6 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::alarm::Alarms;
 use crate::apply::ApplyResult;
+use crate::auth::{AuthInfo, AuthStore, INTERNAL_AUTH_REVISION};
 use crate::backend::Backend;
 use crate::error::EtcdError;
 use crate::idgen::IdGenerator;
@@ -55,6 +57,7 @@ pub struct EtcdServer {
     pub watchable: Arc<WatchableStore>,
     pub lessor: Arc<Lessor>,
     pub alarms: Arc<Alarms>,
+    pub auth: Arc<AuthStore>,
     pub members: Arc<Membership>,
     pub node: NodeHandle,
     /// Clients to the other members (lease calls go to the leader).
@@ -75,6 +78,7 @@ impl EtcdServer {
         watchable: Arc<WatchableStore>,
         lessor: Arc<Lessor>,
         alarms: Arc<Alarms>,
+        auth: Arc<AuthStore>,
         members: Arc<Membership>,
         node: NodeHandle,
         peers: Arc<crate::peer::PeerClients>,
@@ -89,6 +93,7 @@ impl EtcdServer {
             watchable,
             lessor,
             alarms,
+            auth,
             members,
             node,
             peers,
@@ -126,10 +131,31 @@ impl EtcdServer {
         *h = Some(self.header(rev));
     }
 
-    /// Sends a request through raft and waits until it is applied on this member.
-    pub async fn propose(&self, mut req: InternalRaftRequest) -> ApplyResult {
+    /// Sends a request of this server's own (no client behind it) through raft and
+    /// waits until it is applied on this member.
+    pub async fn propose(&self, req: InternalRaftRequest) -> ApplyResult {
+        let internal = RequestHeader { auth_revision: INTERNAL_AUTH_REVISION, ..Default::default() };
+        self.propose_with(req, internal).await
+    }
+
+    /// Sends a client's request through raft on behalf of `caller` (from
+    /// [`Self::caller`]), whose permissions the applier checks.
+    pub async fn propose_as(&self, req: InternalRaftRequest, caller: &Option<AuthInfo>) -> ApplyResult {
+        let header = match caller {
+            Some(info) => RequestHeader {
+                username: info.username.clone(),
+                auth_revision: info.revision,
+                ..Default::default()
+            },
+            None => RequestHeader::default(),
+        };
+        self.propose_with(req, header).await
+    }
+
+    async fn propose_with(&self, mut req: InternalRaftRequest, mut header: RequestHeader) -> ApplyResult {
         let id = self.idgen.next();
-        req.header = Some(RequestHeader { id, ..Default::default() });
+        header.id = id;
+        req.header = Some(header);
         let data = req.encode_to_vec();
         if data.len() > self.limits.max_request_bytes {
             return Err(EtcdError::RequestTooLarge);
@@ -140,6 +166,37 @@ impl EtcdServer {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(EtcdError::Stopped),
             Err(_) => Err(EtcdError::Timeout),
+        }
+    }
+
+    /// Who sent a request while auth is enabled (`None` while it is disabled): the user
+    /// of its `token` metadata, else the common name of its verified client
+    /// certificate, else nobody (an empty name, which every check refuses).
+    pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Option<AuthInfo>, EtcdError> {
+        if !self.auth.is_enabled() {
+            return Ok(None);
+        }
+        let meta = request.metadata();
+        if let Some(token) = meta.get("token").or_else(|| meta.get("authorization")) {
+            let token = token.to_str().map_err(|_| EtcdError::InvalidAuthToken)?;
+            let info = self.auth.tokens.info(token).ok_or(EtcdError::InvalidAuthToken)?;
+            let revision = info.revision.unwrap_or_else(|| self.auth.revision());
+            return Ok(Some(AuthInfo { username: info.username, revision }));
+        }
+        let conn = request.extensions().get::<component_base::http::ConnectionInfo>();
+        if let Some(cn) =
+            conn.and_then(|c| c.client_certificates.as_ref()).and_then(|c| c.first()).and_then(common_name)
+        {
+            return Ok(Some(AuthInfo { username: cn, revision: self.auth.revision() }));
+        }
+        Ok(Some(AuthInfo::default()))
+    }
+
+    /// Fails unless auth is disabled or the caller holds the root role.
+    pub fn check_admin<T>(&self, request: &tonic::Request<T>) -> Result<(), EtcdError> {
+        match self.caller(request)? {
+            None => Ok(()),
+            Some(info) => self.auth.check_admin(&crate::auth::Origin::Client(info)),
         }
     }
 
@@ -223,6 +280,13 @@ impl EtcdServer {
     pub fn lease_cost() -> u64 {
         LEASE_QUOTA_OVERHEAD
     }
+}
+
+/// The subject common name of a DER certificate.
+fn common_name(cert: &rustls_pki_types::CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let cn = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_string();
+    Some(cn)
 }
 
 /// Unwraps the response variant a request type produces.

@@ -21,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::EtcdServer;
+use crate::auth::{Access, Origin};
 use crate::error::EtcdError;
 use crate::mvcc::{KeyRange, RangeEnd, RangeOptions, WatchMsg, WatchSpec, WatcherKey};
 
@@ -68,12 +69,19 @@ impl Watch for WatchService {
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         require_leader(&self.server, &request)?;
+        // Who the stream is: each create request is authorized against it again, as
+        // etcd does, so a simple token is looked up (and renewed) per watch.
+        let mut who = Request::new(());
+        *who.metadata_mut() = request.metadata().clone();
+        if let Some(conn) = request.extensions().get::<component_base::http::ConnectionInfo>() {
+            who.extensions_mut().insert(conn.clone());
+        }
         let inbound = request.into_inner();
         let stream = STREAM_IDS.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel::<WatchMsg>(STREAM_BUFFER);
         let (out_tx, out_rx) = mpsc::channel::<Result<WatchResponse, Status>>(16);
         let state = Arc::new(Mutex::new(StreamState::default()));
-        tokio::spawn(recv_loop(self.server.clone(), inbound, tx, state.clone(), stream));
+        tokio::spawn(recv_loop(self.server.clone(), who, inbound, tx, state.clone(), stream));
         tokio::spawn(send_loop(self.server.clone(), rx, out_tx, state, stream));
         Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
     }
@@ -81,6 +89,7 @@ impl Watch for WatchService {
 
 async fn recv_loop(
     server: Arc<EtcdServer>,
+    who: Request<()>,
     mut inbound: Streaming<WatchRequest>,
     tx: mpsc::Sender<WatchMsg>,
     state: Arc<Mutex<StreamState>>,
@@ -97,7 +106,7 @@ async fn recv_loop(
         };
         match req.request_union {
             Some(RequestUnion::CreateRequest(c)) => {
-                let alive = create(&server, &tx, &state, stream, c).await;
+                let alive = create(&server, &who, &tx, &state, stream, c).await;
                 if !alive {
                     break;
                 }
@@ -128,6 +137,7 @@ async fn recv_loop(
 /// Handles a create request; false if the stream is gone.
 async fn create(
     server: &EtcdServer,
+    who: &Request<()>,
     tx: &mpsc::Sender<WatchMsg>,
     state: &Mutex<StreamState>,
     stream: u64,
@@ -151,6 +161,15 @@ async fn create(
         && end.as_slice() <= key.as_slice()
     {
         return tx.send(refuse(-1, "mvcc: watcher range is empty")).await.is_ok();
+    }
+    let permitted = server.caller(who).and_then(|caller| match caller {
+        None => Ok(()),
+        Some(info) => server.auth.check_range(&Origin::Client(info), &key, &c.range_end, Access::Read),
+    });
+    if permitted.is_err() {
+        // etcd's reason is the gRPC error's text.
+        let reason = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+        return tx.send(refuse(-1, reason)).await.is_ok();
     }
     let id = {
         let mut st = state.lock();

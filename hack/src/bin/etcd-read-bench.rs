@@ -2,7 +2,8 @@
 //! requests (linearizable or serializable) for a fixed time and prints throughput and
 //! latency percentiles. Used by hack/bench/etcd.sh and hack/bench/etcd-cluster.sh against
 //! real etcd and ours alike. Given several endpoints (comma-separated), the connections
-//! are spread over them round-robin, so every member of a cluster serves reads.
+//! are spread over them round-robin, so every member of a cluster serves reads. With
+//! `--user`, it authenticates once and sends the token with every request (auth enabled).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use proto::etcdserverpb::auth_client::AuthClient;
 use proto::etcdserverpb::kv_client::KvClient;
-use proto::etcdserverpb::{PutRequest, RangeRequest};
+use proto::etcdserverpb::{AuthenticateRequest, PutRequest, RangeRequest};
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser, Debug)]
@@ -40,18 +45,45 @@ struct Args {
     /// Skip the preload (keys are already there).
     #[arg(long)]
     no_preload: bool,
+    /// name:password to authenticate as (the server has auth enabled).
+    #[arg(long)]
+    user: Option<String>,
 }
+
+/// Puts the auth token, if any, on every request.
+#[derive(Clone)]
+struct Token(Option<AsciiMetadataValue>);
+
+impl Interceptor for Token {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("token", t.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Client = KvClient<InterceptedService<Channel, Token>>;
 
 fn key(i: usize) -> Vec<u8> {
     format!("/bench/read/{i:08}").into_bytes()
 }
 
-async fn connect(endpoint: &str) -> anyhow::Result<KvClient<Channel>> {
+async fn connect(endpoint: &str, user: Option<&str>) -> anyhow::Result<Client> {
     let ch = Endpoint::from_shared(format!("http://{endpoint}"))?
         .connect()
         .await
         .with_context(|| format!("connecting to {endpoint}"))?;
-    Ok(KvClient::new(ch).max_decoding_message_size(64 << 20))
+    let token = match user {
+        None => None,
+        Some(user) => {
+            let (name, password) = user.split_once(':').context("--user is name:password")?;
+            let req = AuthenticateRequest { name: name.into(), password: password.into() };
+            let token = AuthClient::new(ch.clone()).authenticate(req).await?.into_inner().token;
+            Some(token.parse().context("token is not ASCII")?)
+        }
+    };
+    Ok(KvClient::with_interceptor(ch, Token(token)).max_decoding_message_size(64 << 20))
 }
 
 #[tokio::main]
@@ -61,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(!endpoints.is_empty(), "--endpoint names no server");
     let mut conns = Vec::new();
     for i in 0..args.conns.max(endpoints.len()) {
-        conns.push(connect(endpoints[i % endpoints.len()]).await?);
+        conns.push(connect(endpoints[i % endpoints.len()], args.user.as_deref()).await?);
     }
     if !args.no_preload {
         let value = vec![b'v'; args.value_size];

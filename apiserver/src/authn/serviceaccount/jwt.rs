@@ -145,7 +145,7 @@ mod tests {
     use super::*;
 
     fn rsa() -> SigningKey {
-        SigningKey::from_pem(include_bytes!("../testdata/sa-rsa.key")).unwrap()
+        SigningKey::from_pem(include_bytes!("../../../../component-base/testdata/sa-rsa.key")).unwrap()
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 pub mod claims;
 pub mod jwt;
-pub mod keys;
+pub use component_base::keyutil as keys;
 pub mod token_request;
 
 use std::sync::Arc;

@@ -15,7 +15,7 @@ const ISS: &str = "https://kubernetes.default.svc";
 const NOW: i64 = 1_700_000_000;
 
 fn rsa_key() -> SigningKey {
-    SigningKey::from_pem(include_bytes!("../testdata/sa-rsa.key")).unwrap()
+    SigningKey::from_pem(include_bytes!("../../../../component-base/testdata/sa-rsa.key")).unwrap()
 }
 
 fn ec_key() -> SigningKey {

@@ -312,7 +312,8 @@ mod tests {
     use crate::authn::serviceaccount::keys::SigningKey;
 
     fn issuer(max: i64, extend: bool) -> Issuer {
-        let key = SigningKey::from_pem(include_bytes!("../testdata/sa-rsa.key")).unwrap();
+        let key =
+            SigningKey::from_pem(include_bytes!("../../../../component-base/testdata/sa-rsa.key")).unwrap();
         Issuer::new(
             "https://kubernetes.default.svc".into(),
             key,

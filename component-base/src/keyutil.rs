@@ -1,5 +1,6 @@
-//! Service-account token keys read from PEM (upstream's `keyutil.PrivateKeyFromFile` and
-//! `keyutil.PublicKeysFromFile`): RSA (PKCS#1 or PKCS#8) and ECDSA P-256/P-384 (PKCS#8 or
+//! Token signing keys read from PEM (upstream's `keyutil.PrivateKeyFromFile` and
+//! `keyutil.PublicKeysFromFile`), for the API server's service-account tokens and etcd's
+//! JWT auth tokens: RSA (PKCS#1 or PKCS#8) and ECDSA P-256/P-384 (PKCS#8 or
 //! SEC1) private keys, and public keys as `PUBLIC KEY` blocks, certificates, or the
 //! public half of a private key.
 //!
