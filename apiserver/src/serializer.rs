@@ -1,9 +1,10 @@
 //! JSON as upstream's serializer writes it. Upstream encodes Go structs, so an object's
 //! fields come in declaration order (`kind`, `apiVersion`, `metadata`, `spec`, `status`;
 //! a `Status` as `kind, apiVersion, metadata, status, message, reason, details, code`), and
-//! its `json.Encoder` ends the body with a newline. (Upstream's `pretty` output, for
-//! `?pretty=true` and curl/wget/browsers, is not written: every client gets compact JSON.)
-//! Our objects are
+//! its `json.Encoder` ends the body with a newline. Upstream's `pretty` output (for
+//! `?pretty=true` and curl/wget/browsers) is its `json.MarshalIndent`: two-space indents,
+//! `"key": value`, empty objects and arrays as `{}`/`[]`, and no final newline; [`indent`]
+//! turns a compact body into it. Our objects are
 //! `serde_json::Value`s, whose maps are sorted, so the well-known fields are put first here
 //! and the rest follow sorted (as Go writes its maps). Clients that print or compare the
 //! raw text of an error see what upstream's would show.
@@ -142,6 +143,61 @@ impl Serialize for Ordered<'_> {
     }
 }
 
+/// A compact JSON body as upstream's pretty serializer writes it (`json.MarshalIndent`
+/// with two spaces); the field order and escaping of the input are kept.
+pub fn indent(compact: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(compact.len() * 2);
+    let mut depth = 0usize;
+    let (mut in_string, mut escaped) = (false, false);
+    let newline = |out: &mut Vec<u8>, depth: usize| {
+        out.push(b'\n');
+        out.resize(out.len() + 2 * depth, b' ');
+    };
+    let mut bytes = compact.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        if in_string {
+            out.push(b);
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                out.push(b);
+            }
+            b'{' | b'[' => {
+                out.push(b);
+                let close = if b == b'{' { b'}' } else { b']' };
+                if bytes.peek() == Some(&close) {
+                    out.push(close);
+                    bytes.next();
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(b);
+            }
+            b',' => {
+                out.push(b);
+                newline(&mut out, depth);
+            }
+            b':' => out.extend_from_slice(b": "),
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => out.push(b),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +242,14 @@ mod tests {
         assert!(text(&list).starts_with(
             r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5","continue":"c"},"items":[{"kind":"ConfigMap","#
         ));
+    }
+
+    #[test]
+    fn indent_matches_go_marshal_indent() {
+        let compact = br#"{"kind":"Status","metadata":{},"items":[],"a":[1,{"b":"x,y:{[\"]}"}],"c":null}"#;
+        let want = "{\n  \"kind\": \"Status\",\n  \"metadata\": {},\n  \"items\": [],\n  \"a\": [\n    1,\n    {\n      \"b\": \"x,y:{[\\\"]}\"\n    }\n  ],\n  \"c\": null\n}";
+        assert_eq!(String::from_utf8(indent(compact)).unwrap(), want);
+        // The compact body's final newline is not part of the pretty one.
+        assert_eq!(indent(b"{\"a\":1}\n"), b"{\n  \"a\": 1\n}");
     }
 }

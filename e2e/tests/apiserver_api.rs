@@ -724,9 +724,16 @@ fn query_parameters_status_bodies_and_pod_ips_as_upstream() {
         curl(&api, "GET", "/api/v1/namespaces/default/configmaps?limit=-1", "application/json", None);
     assert_eq!((code, json(&text)["items"].as_array().map(Vec::len)), (200, Some(1)), "{text}");
 
-    // The raw error body, byte for byte as upstream writes it.
-    let (code, text) =
-        curl(&api, "GET", "/api/v1/namespaces/default/configmaps/nope", "application/json", None);
+    // The raw error body, byte for byte as upstream writes it: compact for clients
+    // (here `pretty=false`; kubectl and client libraries send no `pretty` and are not
+    // curl), and indented for curl, wget and browsers or `pretty=true`.
+    let (code, text) = curl(
+        &api,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/nope?pretty=false",
+        "application/json",
+        None,
+    );
     assert_eq!(code, 404);
     assert_eq!(
         text,
@@ -736,8 +743,25 @@ fn query_parameters_status_bodies_and_pod_ips_as_upstream() {
             "\n"
         )
     );
+    for path in
+        ["/api/v1/namespaces/default/configmaps/nope", "/api/v1/namespaces/default/configmaps/nope?pretty=1"]
+    {
+        let (code, text) = curl(&api, "GET", path, "application/json", None);
+        assert_eq!(code, 404);
+        assert_eq!(
+            text,
+            concat!(
+                "{\n  \"kind\": \"Status\",\n  \"apiVersion\": \"v1\",\n  \"metadata\": {},\n",
+                "  \"status\": \"Failure\",\n  \"message\": \"configmaps \\\"nope\\\" not found\",\n",
+                "  \"reason\": \"NotFound\",\n  \"details\": {\n    \"name\": \"nope\",\n",
+                "    \"kind\": \"configmaps\"\n  },\n  \"code\": 404\n}"
+            ),
+            "{path}"
+        );
+    }
     // Objects lead with kind, apiVersion and metadata (name first), as Go's structs do.
-    let (_, text) = curl(&api, "GET", "/api/v1/namespaces/default/configmaps/a", "application/json", None);
+    let (_, text) =
+        curl(&api, "GET", "/api/v1/namespaces/default/configmaps/a?pretty=0", "application/json", None);
     assert!(
         text.starts_with(
             r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"default","uid":"#

@@ -11,8 +11,9 @@ use e2e::cluster::{plan, restore_and_start};
 use e2e::pki::Pki;
 use e2e::{Etcd, EtcdOptions, Flavor, loopback_ip};
 use proto::etcdserverpb::{
-    AuthRoleGrantPermissionRequest, AuthUserGrantRoleRequest, AuthenticateRequest, PutRequest, RangeRequest,
-    auth_client::AuthClient, kv_client::KvClient,
+    AuthRoleGrantPermissionRequest, AuthUserAddRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
+    LeaseGrantRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, auth_client::AuthClient,
+    kv_client::KvClient, lease_client::LeaseClient,
 };
 use tonic::Code;
 use tonic::transport::Channel;
@@ -123,6 +124,13 @@ fn session(e: &mut Etcd) -> Vec<String> {
         step(&["--user", "root:pw", "user", "list"]),
         step(&["--user", "root:pw", "role", "list"]),
         step(&["--user", "root:pw", "role", "get", "r1"]),
+        // A user without a password authenticates only by certificate.
+        step(&["--user", "root:pw", "user", "add", "carol", "--no-password"]),
+        step(&["--user", "carol:x", "get", "/a1"]),
+        // An empty new password matches nothing, not even the empty one.
+        step(&["--user", "root:pw", "user", "add", "dave:d"]),
+        Step(vec!["--user", "root:pw", "user", "passwd", "dave", "--interactive=false"], Some("\n")),
+        step(&["--user", "dave:d", "get", "/a1"]),
     ];
     let after_restart = [
         step(&["--user", "alice:a", "get", "/a", "--prefix", "--keys-only"]),
@@ -180,6 +188,7 @@ fn etcdctl_auth_session_prints_what_upstream_prints() {
         "Error: etcdserver: invalid auth management",
         "auth: permission denied",
         "Authentication Disabled",
+        "auth: authentication failed, password was given for no password user",
     ] {
         assert!(all.contains(must), "session lacks {must:?}:\n{all}");
     }
@@ -316,6 +325,34 @@ async fn simple_tokens_are_checked_at_apply_and_forgotten_on_restart() {
     .await
     .expect("grant root to alice");
     kv.put(with_token(put("/c"), &alice)).await.expect("alice is root now");
+
+    // Which keys a lease holds is data: only for a caller who may read them all.
+    let mut lease = LeaseClient::new(connect(&e).await);
+    let granted = lease.lease_grant(with_token(LeaseGrantRequest { ttl: 600, id: 0 }, &root)).await.unwrap();
+    let id = granted.into_inner().id;
+    let secret = PutRequest { key: b"/secret".to_vec(), lease: id, ..Default::default() };
+    kv.put(with_token(secret, &root)).await.expect("root puts a leased key");
+    let bob = {
+        let mut auth = AuthClient::new(connect(&e).await);
+        auth.user_add(with_token(
+            AuthUserAddRequest { name: "bob".into(), password: "b".into(), ..Default::default() },
+            &root,
+        ))
+        .await
+        .expect("add bob");
+        token(&mut auth, "bob", "b").await
+    };
+    let ttl = |keys: bool| LeaseTimeToLiveRequest { id, keys };
+    let err = lease.lease_time_to_live(with_token(ttl(true), &bob)).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    let err = lease.lease_time_to_live(ttl(true)).await.unwrap_err();
+    assert_eq!(err.message(), "etcdserver: user name is empty");
+    assert_eq!(
+        lease.lease_time_to_live(with_token(ttl(false), &bob)).await.unwrap().into_inner().granted_ttl,
+        600
+    );
+    let keys = lease.lease_time_to_live(with_token(ttl(true), &root)).await.unwrap().into_inner().keys;
+    assert_eq!(keys, vec![b"/secret".to_vec()]);
 
     // Simple tokens live in memory: after a restart the client must authenticate again.
     e.restart();

@@ -370,10 +370,8 @@ fn check_lease_keys(auth: &AuthStore, lessor: &Lessor, origin: &Origin, lease: i
     if !auth.is_enabled() {
         return Ok(());
     }
-    for key in lessor.status(lease).map(|s| s.keys).unwrap_or_default() {
-        auth.check_range(origin, &key, &[], Access::Write)?;
-    }
-    Ok(())
+    let keys = lessor.status(lease).map(|s| s.keys).unwrap_or_default();
+    auth.check_keys(origin, &keys, Access::Write)
 }
 
 /// A transaction needs read access to what it compares and the access of every

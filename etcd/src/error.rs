@@ -100,6 +100,9 @@ pub enum EtcdError {
     InvalidAuthMgmt,
     #[error("etcdserver: revision of auth store is old")]
     AuthOldRevision,
+    /// etcd 3.4 returns this one untranslated from its auth store (code Unknown).
+    #[error("auth: authentication failed, password was given for no password user")]
+    NoPasswordUser,
     #[error("etcdserver: {0}")]
     InvalidArgument(String),
     #[error("etcdserver: {0} is not supported by this server")]
@@ -133,6 +136,7 @@ impl EtcdError {
             NoLeader | NotLeader | Timeout | Stopped | Unhealthy => Code::Unavailable,
             Corrupt => Code::DataLoss,
             Unimplemented(_) => Code::Unimplemented,
+            NoPasswordUser => Code::Unknown,
             Internal(_) => Code::Internal,
         }
     }

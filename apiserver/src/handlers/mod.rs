@@ -73,7 +73,49 @@ pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> R
     if let Ok(v) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(header::CONTENT_TYPE, v);
     }
+    if content_type.starts_with(codec::JSON) {
+        r.extensions_mut().insert(WholeJson);
+    }
     r
+}
+
+/// Marks a response whose body is one whole JSON document this server serialized (not
+/// a watch stream or proxied bytes): the kind upstream pretty-prints.
+#[derive(Clone, Copy, Debug)]
+struct WholeJson;
+
+/// Upstream's `isPrettyPrint`: a non-empty `pretty` parameter decides (Go's
+/// `strconv.ParseBool`, anything unparsable being false); otherwise curl, wget and
+/// browsers get pretty JSON.
+fn is_pretty_print<B>(req: &Request<B>) -> bool {
+    // Parsing the query only when it could hold the parameter keeps this off every
+    // other request's path (upstream checks the raw query the same way).
+    if req.uri().query().is_some_and(|q| q.contains("pretty"))
+        && let Some(v) = query_of(req.uri()).get("pretty").filter(|v| !v.is_empty())
+    {
+        return matches!(v.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True");
+    }
+    let agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    ["curl", "Wget", "Mozilla/5.0"].iter().any(|p| agent.starts_with(p))
+}
+
+/// Re-indents a serialized JSON response for a client that asked for pretty output.
+async fn prettify(resp: Response<BoxBody>) -> Response<BoxBody> {
+    if resp.extensions().get::<WholeJson>().is_none() {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let pretty = crate::serializer::indent(&collected.to_bytes());
+            Response::from_parts(
+                parts,
+                Full::new(Bytes::from(pretty)).map_err(|never| match never {}).boxed_unsync(),
+            )
+        }
+        // A body held in memory cannot fail; if it somehow did, say so.
+        Err(e) => error_response(&ApiError::internal(format!("encoding the response: {e}"))),
+    }
 }
 
 pub fn json_response(status: StatusCode, v: &Value) -> Response<BoxBody> {
@@ -279,6 +321,7 @@ impl Api {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let audit_id = crate::audit::request_id(req.headers());
+        let pretty = is_pretty_print(&req);
         // What auditing needs after `dispatch` consumed the request: the headers and
         // connection, to tell who called the paths served without authentication.
         let audit = self.audit.as_ref().map(|a| {
@@ -331,6 +374,9 @@ impl Api {
             }
             _ => resp,
         };
+        if pretty {
+            resp = prettify(resp).await;
+        }
         resp.headers_mut().insert(http::HeaderName::from_static(crate::audit::AUDIT_ID_HEADER), audit_id);
         tracing::debug!(%method, path, status = resp.status().as_u16(), took = ?start.elapsed(), "request");
         resp

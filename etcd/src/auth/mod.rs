@@ -146,7 +146,12 @@ impl AuthStore {
         })?;
         *self.state.write() = st;
         self.enabled.store(enabled, Ordering::Release);
-        self.revision.store(revision, Ordering::Release);
+        // etcd's auth store starts at revision 1, so that 0 can mean "no user".
+        self.revision.store(revision.max(1), Ordering::Release);
+        if !enabled {
+            // A snapshot that turned auth off must not leave tokens to revive later.
+            self.tokens.clear();
+        }
         Ok(())
     }
 
@@ -159,18 +164,19 @@ impl AuthStore {
     }
 
     /// Checks a password against the stored bcrypt hash (slow on purpose: call it off
-    /// the async threads). Unknown users and users without a password fail alike.
-    pub fn check_password(&self, name: &str, password: &str) -> Result<(), EtcdError> {
-        let hash = {
+    /// the async threads); returns the auth revision it checked against, which the
+    /// caller compares once the token is issued (a concurrent change means retry).
+    pub fn check_password(&self, name: &str, password: &str) -> Result<u64, EtcdError> {
+        let (hash, revision) = {
             let st = self.state.read();
             let user = st.users.get(name).ok_or(EtcdError::AuthFailed)?;
-            if user.options.as_ref().is_some_and(|o| o.no_password) {
-                return Err(EtcdError::AuthFailed);
+            if is_no_password(user) {
+                return Err(EtcdError::NoPasswordUser);
             }
-            String::from_utf8_lossy(&user.password).into_owned()
+            (String::from_utf8_lossy(&user.password).into_owned(), self.revision())
         };
         match bcrypt::verify(password, &hash) {
-            Ok(true) => Ok(()),
+            Ok(true) => Ok(revision),
             _ => Err(EtcdError::AuthFailed),
         }
     }
@@ -201,38 +207,44 @@ impl AuthStore {
 
     /// etcd's `isOpPermitted`: whether the client may read or write all of `ivl`.
     pub fn check_op(&self, origin: &Origin, ivl: &Interval, access: Access) -> Result<(), EtcdError> {
-        let Origin::Client(info) = origin else { return Ok(()) };
         if !self.is_enabled() {
             return Ok(());
         }
+        match self.permissions(origin)? {
+            None => Ok(()),
+            Some(perms) if perms.covers(access, ivl) => Ok(()),
+            Some(_) => Err(EtcdError::PermissionDenied),
+        }
+    }
+
+    /// The merged permissions a client acts with while auth is enabled, `None` meaning
+    /// unrestricted (internal requests, root): the identity checks of `isOpPermitted`.
+    fn permissions(&self, origin: &Origin) -> Result<Option<Arc<UserPerms>>, EtcdError> {
+        let Origin::Client(info) = origin else { return Ok(None) };
         if info.revision == 0 || info.username.is_empty() {
             return Err(EtcdError::UserEmpty);
         }
         if info.revision < self.revision() {
             return Err(EtcdError::AuthOldRevision);
         }
-        let perms = {
+        {
             let st = self.state.read();
             let user = st.users.get(&info.username).ok_or(EtcdError::PermissionDenied)?;
             if has_role(user, ROOT) {
-                return Ok(());
+                return Ok(None);
             }
-            st.perms.get(&info.username).cloned()
-        };
-        let perms = match perms {
-            Some(p) => p,
-            None => {
-                let mut st = self.state.write();
-                let built = {
-                    let user = st.users.get(&info.username).ok_or(EtcdError::PermissionDenied)?;
-                    let roles = user.roles.iter().filter_map(|r| st.roles.get(r));
-                    Arc::new(UserPerms::new(roles.flat_map(|r| &r.key_permission)))
-                };
-                st.perms.insert(info.username.clone(), built.clone());
-                built
+            if let Some(p) = st.perms.get(&info.username) {
+                return Ok(Some(p.clone()));
             }
+        }
+        let mut st = self.state.write();
+        let built = {
+            let user = st.users.get(&info.username).ok_or(EtcdError::PermissionDenied)?;
+            let roles = user.roles.iter().filter_map(|r| st.roles.get(r));
+            Arc::new(UserPerms::new(roles.flat_map(|r| &r.key_permission)))
         };
-        if perms.covers(access, ivl) { Ok(()) } else { Err(EtcdError::PermissionDenied) }
+        st.perms.insert(info.username.clone(), built.clone());
+        Ok(Some(built))
     }
 
     /// Shorthand for a key and range end as a request carries them.
@@ -247,6 +259,18 @@ impl AuthStore {
             return Ok(());
         }
         self.check_op(origin, &Interval::from_request(key, range_end), access)
+    }
+
+    /// Checks `access` to each of `keys` (the keys of a lease), resolving the user once.
+    pub fn check_keys(&self, origin: &Origin, keys: &[Vec<u8>], access: Access) -> Result<(), EtcdError> {
+        if !self.is_enabled() || keys.is_empty() {
+            return Ok(());
+        }
+        let Some(perms) = self.permissions(origin)? else { return Ok(()) };
+        match keys.iter().all(|k| perms.covers(access, &Interval::from_request(k, &[]))) {
+            true => Ok(()),
+            false => Err(EtcdError::PermissionDenied),
+        }
     }
 
     /// Whether a client's user holds `role` (it may read that role).
@@ -308,8 +332,9 @@ impl AuthWriter<'_> {
                 return Err(EtcdError::RootRoleNotExist);
             }
         }
+        // etcd does not move the revision here: tokens of the revision before a disable
+        // work again (simple ones were dropped by the disable).
         self.set_enabled(true);
-        self.commit_revision();
         Ok(AuthResult::Done)
     }
 
@@ -334,8 +359,10 @@ impl AuthWriter<'_> {
         }
         let no_password = r.options.as_ref().is_some_and(|o| o.no_password);
         let password = if no_password { Vec::new() } else { decode_hash(&r.hashed_password)? };
-        let user =
-            User { name: r.name.clone().into_bytes(), password, roles: Vec::new(), options: r.options };
+        // Stored with its options always present, as etcd stores users (its code reads
+        // them without a nil check).
+        let options = Some(r.options.unwrap_or_default());
+        let user = User { name: r.name.clone().into_bytes(), password, roles: Vec::new(), options };
         self.put_user(&mut st, user);
         drop(st);
         self.commit_revision();
@@ -364,9 +391,10 @@ impl AuthWriter<'_> {
         let store = self.store;
         let mut st = store.state.write();
         let mut user = st.users.get(&r.name).cloned().ok_or(EtcdError::UserNotFound)?;
-        user.password = decode_hash(&r.hashed_password)?;
-        if let Some(o) = user.options.as_mut() {
-            o.no_password = false;
+        // A user made without a password stays without one (etcd); an empty new
+        // password leaves an empty hash, which no password matches.
+        if !is_no_password(&user) {
+            user.password = decode_hash(&r.hashed_password)?;
         }
         self.put_user(&mut st, user);
         drop(st);
@@ -490,8 +518,10 @@ impl AuthWriter<'_> {
         if !self.store.is_enabled() {
             return Err(EtcdError::AuthNotEnabled);
         }
-        if !self.store.state.read().users.contains_key(name) {
-            return Err(EtcdError::AuthFailed);
+        match self.store.state.read().users.get(name) {
+            None => return Err(EtcdError::AuthFailed),
+            Some(u) if is_no_password(u) => return Err(EtcdError::AuthFailed),
+            Some(_) => {}
         }
         match &self.store.tokens {
             TokenProvider::Simple(s) => {
@@ -533,6 +563,10 @@ impl AuthStore {
     pub fn role_list(&self) -> AuthResult {
         AuthResult::Names(self.state.read().roles.keys().cloned().collect())
     }
+}
+
+fn is_no_password(user: &User) -> bool {
+    user.options.as_ref().is_some_and(|o| o.no_password)
 }
 
 fn has_role(user: &User, role: &str) -> bool {

@@ -55,7 +55,8 @@ impl UserPerms {
     pub fn new<'a>(perms: impl IntoIterator<Item = &'a Permission>) -> Self {
         let (mut read, mut write) = (Vec::new(), Vec::new());
         for p in perms {
-            let t = p.perm_type();
+            // An unknown type grants nothing (`perm_type()` would read it as READ).
+            let Ok(t) = PermType::try_from(p.perm_type) else { continue };
             let ivl = Interval::from_request(&p.key, &p.range_end);
             if Access::Read.granted_by(t) {
                 read.push(ivl.clone());

@@ -93,12 +93,24 @@ impl TokenProvider {
         }
     }
 
+    /// Forgets one simple token (issued against a state that changed meanwhile).
+    pub fn forget(&self, token: &str) {
+        if let TokenProvider::Simple(s) = self {
+            s.tokens.lock().remove(token);
+        }
+    }
+
     /// Forgets every simple token (auth disabled).
     pub fn clear(&self) {
         if let TokenProvider::Simple(s) = self {
             s.tokens.lock().clear();
         }
     }
+}
+
+/// `now + ttl`, or as far as an `Instant` goes for an absurd TTL.
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// The random part of a simple token, chosen by the member that received the request.
@@ -123,7 +135,7 @@ impl SimpleTokens {
         let now = Instant::now();
         let mut tokens = self.tokens.lock();
         tokens.retain(|_, (_, expiry)| *expiry > now);
-        tokens.insert(token, (user.to_string(), now + self.ttl));
+        tokens.insert(token, (user.to_string(), deadline(now, self.ttl)));
     }
 
     fn info(&self, token: &str) -> Option<String> {
@@ -134,7 +146,7 @@ impl SimpleTokens {
             tokens.remove(token);
             return None;
         }
-        *expiry = now + self.ttl;
+        *expiry = deadline(now, self.ttl);
         Some(user.clone())
     }
 }
@@ -184,7 +196,8 @@ impl JwtTokens {
     /// A token for `user` at auth revision `revision`; `None` on a verify-only member.
     pub fn assign(&self, user: &str, revision: u64) -> Option<String> {
         let key = self.sign.as_ref()?;
-        let exp = (SystemTime::now() + self.ttl).duration_since(UNIX_EPOCH).ok()?.as_secs() as i64;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+        let exp = now.saturating_add(self.ttl.as_secs()).min(i64::MAX as u64) as i64;
         let header = serde_json::json!({"alg": self.alg.name(), "typ": "JWT"});
         let claims = Claims { exp, revision, username: user.to_string() };
         let signing_input = format!(

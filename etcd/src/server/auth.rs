@@ -14,6 +14,9 @@ use crate::auth::AuthResult;
 use crate::auth::token::simple_token_prefix;
 use crate::error::EtcdError;
 
+/// How often Authenticate checks again when users or roles keep changing under it.
+const MAX_AUTHENTICATE_ATTEMPTS: usize = 5;
+
 pub struct AuthService {
     pub server: Arc<EtcdServer>,
 }
@@ -84,33 +87,48 @@ impl Auth for AuthService {
         Ok(Response::new(AuthStatusResponse { header, enabled, auth_revision }))
     }
 
-    /// Checks the password on this member, then has every member record the token.
+    /// Checks the password against the state after a ReadIndex, then has every member
+    /// record the token; if users or roles changed meanwhile, checks again (etcd's loop
+    /// until the checked revision is still current).
     async fn authenticate(
         &self,
         request: Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
-        if !self.server.auth.is_enabled() {
-            return Err(EtcdError::AuthNotEnabled.into());
-        }
-        let AuthenticateRequest { name, password } = request.get_ref().clone();
-        let server = self.server.clone();
-        let checked_name = name.clone();
-        tokio::task::spawn_blocking(move || server.auth.check_password(&checked_name, &password))
+        let AuthenticateRequest { name, password } = request.into_inner();
+        for _ in 0..MAX_AUTHENTICATE_ATTEMPTS {
+            self.server.linearizable_read().await?;
+            if !self.server.auth.is_enabled() {
+                return Err(EtcdError::AuthNotEnabled.into());
+            }
+            let server = self.server.clone();
+            let (checked_name, checked_password) = (name.clone(), password.clone());
+            let checked = tokio::task::spawn_blocking(move || {
+                server.auth.check_password(&checked_name, &checked_password)
+            })
             .await
             .map_err(|e| Status::internal(e.to_string()))??;
-        let simple_token =
-            if self.server.auth.tokens.is_simple() { simple_token_prefix() } else { String::new() };
-        // The password stays on this member: the entry names the user only.
-        let authenticate = InternalAuthenticateRequest { name, password: String::new(), simple_token };
-        let req = InternalRaftRequest { authenticate: Some(authenticate), ..Default::default() };
-        let result = self.server.propose(req).await;
-        let token = match expect_response!(result, Auth)? {
-            AuthResult::Token(t) => t,
-            other => return Err(Status::internal(format!("unexpected authenticate result {other:?}"))),
-        };
-        let mut header = None;
-        self.server.fill_header(&mut header);
-        Ok(Response::new(AuthenticateResponse { header, token }))
+            let simple_token =
+                if self.server.auth.tokens.is_simple() { simple_token_prefix() } else { String::new() };
+            // The password stays on this member: the entry names the user only.
+            let authenticate =
+                InternalAuthenticateRequest { name: name.clone(), password: String::new(), simple_token };
+            let req = InternalRaftRequest { authenticate: Some(authenticate), ..Default::default() };
+            let result = self.server.propose(req).await;
+            let token = match expect_response!(result, Auth)? {
+                AuthResult::Token(t) => t,
+                other => return Err(Status::internal(format!("unexpected authenticate result {other:?}"))),
+            };
+            if self.server.auth.revision() != checked {
+                // The password or the user may have changed after the check: a simple
+                // token of that moment must not outlive it.
+                self.server.auth.tokens.forget(&token);
+                continue;
+            }
+            let mut header = None;
+            self.server.fill_header(&mut header);
+            return Ok(Response::new(AuthenticateResponse { header, token }));
+        }
+        Err(EtcdError::AuthOldRevision.into())
     }
 
     async fn user_add(
@@ -121,6 +139,9 @@ impl Auth for AuthService {
         if r.name.is_empty() {
             return Err(EtcdError::UserEmpty.into());
         }
+        // bcrypt costs the server CPU: only for callers who may add users (the applier
+        // checks again).
+        self.server.check_admin(&request)?;
         if !r.options.as_ref().is_some_and(|o| o.no_password) && r.hashed_password.is_empty() {
             r.hashed_password = self.hash(std::mem::take(&mut r.password)).await?;
         }
@@ -164,7 +185,9 @@ impl Auth for AuthService {
         request: Request<AuthUserChangePasswordRequest>,
     ) -> Result<Response<AuthUserChangePasswordResponse>, Status> {
         let mut r = request.get_ref().clone();
-        if r.hashed_password.is_empty() {
+        self.server.check_admin(&request)?;
+        // An empty password is stored as an empty hash, which nothing matches (etcd).
+        if r.hashed_password.is_empty() && !r.password.is_empty() {
             r.hashed_password = self.hash(std::mem::take(&mut r.password)).await?;
         }
         r.password.clear();

@@ -24,16 +24,21 @@ pub struct KvService {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
-        let caller = self.server.caller(&request)?;
-        let r = request.into_inner();
-        check_range(&r)?;
-        if let Some(info) = caller {
-            self.server.auth.check_range(&Origin::Client(info), &r.key, &r.range_end, Access::Read)?;
-        }
-        if !r.serializable {
+        check_range(request.get_ref())?;
+        if !request.get_ref().serializable {
             self.server.linearizable_read().await?;
         }
+        // Authorized against the state the read is served from (after ReadIndex), and
+        // refused if users or roles changed while it ran, as etcd's doSerialize does.
+        let auth = &self.server.auth;
+        let origin = Origin::Client(self.server.caller(&request)?.unwrap_or_default());
+        let revision = auth.revision();
+        let r = request.into_inner();
+        auth.check_range(&origin, &r.key, &r.range_end, Access::Read)?;
         let mut resp = range_with(&r, |range, opts| Ok(self.server.store.range(range, opts)?))?;
+        if auth.is_enabled() && auth.revision() != revision {
+            return Err(EtcdError::AuthOldRevision.into());
+        }
         self.server.fill_header(&mut resp.header);
         Ok(Response::new(resp))
     }

@@ -19,6 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{EtcdServer, expect_response};
+use crate::auth::{Access, Origin};
 use crate::error::EtcdError;
 use crate::lease::MAX_LEASE_TTL;
 
@@ -117,7 +118,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        let r = request.into_inner();
+        let r = request.get_ref().clone();
         self.server.linearizable_read().await?;
         let header = Some(self.server.header(self.server.store.current_rev()));
         let resp = match self.server.lessor.status(r.id) {
@@ -132,6 +133,17 @@ impl Lease for LeaseService {
                         .into_inner();
                     if remote.found {
                         st.remaining = remote.remaining;
+                    }
+                }
+                if r.keys {
+                    // The key names are data: the caller must be allowed to read each
+                    // (etcd's checkLeaseTimeToLive, the fix for CVE-2023-32082).
+                    let auth = &self.server.auth;
+                    let origin = Origin::Client(self.server.caller(&request)?.unwrap_or_default());
+                    let revision = auth.revision();
+                    auth.check_keys(&origin, &st.keys, Access::Read)?;
+                    if auth.revision() != revision {
+                        return Err(EtcdError::AuthOldRevision.into());
                     }
                 }
                 LeaseTimeToLiveResponse {

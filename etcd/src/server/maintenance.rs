@@ -205,7 +205,8 @@ impl Maintenance for MaintenanceService {
 /// etcd's authMaintenanceServer: root only while auth is enabled. etcd 3.4 returns its
 /// auth store's errors untranslated (code Unknown, "auth: ..."), which etcdctl prints.
 fn check_admin<T>(server: &EtcdServer, request: &Request<T>) -> Result<(), Status> {
-    server
-        .check_admin(request)
-        .map_err(|e| Status::unknown(e.to_string().replacen("etcdserver: ", "auth: ", 1)))
+    server.check_admin(request).map_err(|e| match e {
+        EtcdError::UserNotFound => Status::unknown("auth: user not found"),
+        e => Status::unknown(e.to_string().replacen("etcdserver: ", "auth: ", 1)),
+    })
 }

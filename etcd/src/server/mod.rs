@@ -181,6 +181,10 @@ impl EtcdServer {
             let token = token.to_str().map_err(|_| EtcdError::InvalidAuthToken)?;
             let info = self.auth.tokens.info(token).ok_or(EtcdError::InvalidAuthToken)?;
             let revision = info.revision.unwrap_or_else(|| self.auth.revision());
+            // No client identity may carry the internal marker.
+            if revision >= INTERNAL_AUTH_REVISION {
+                return Err(EtcdError::InvalidAuthToken);
+            }
             return Ok(Some(AuthInfo { username: info.username, revision }));
         }
         let conn = request.extensions().get::<component_base::http::ConnectionInfo>();
@@ -285,7 +289,8 @@ impl EtcdServer {
 /// The subject common name of a DER certificate.
 fn common_name(cert: &rustls_pki_types::CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_string();
+    // Go's pkix.Name keeps the last common name of a subject that has several.
+    let cn = parsed.subject().iter_common_name().last()?.as_str().ok()?.to_string();
     Some(cn)
 }
 
