@@ -13,6 +13,7 @@
 //! - [`http`]: the HTTP/1.1 + HTTP/2 (optionally TLS) connection loop, and the
 //!   `/metrics` and health endpoints every component serves.
 //! - [`client`]: an API client (kube-rs) from `--kubeconfig` or the in-cluster config.
+//! - [`fuzz`]: seeded input mutation for the parsers' fuzz tests (stable Rust).
 //! - [`events`]: core/v1 Events about objects, written in the background and never blocking.
 //! - [`leaderelection`]: one active replica at a time, through a `coordination.k8s.io/v1`
 //!   Lease, as client-go's leader election.
@@ -25,6 +26,7 @@
 pub mod client;
 pub mod duration;
 pub mod events;
+pub mod fuzz;
 pub mod http;
 pub mod keyutil;
 pub mod labels;

@@ -247,7 +247,12 @@ fn read_meta(data: &[u8], index: usize) -> Result<Meta, FormatError> {
     if sum != 0 && sum != fnv64a(&m[..META_SUMMED]) {
         return Err(bad("meta page checksum mismatch"));
     }
-    Ok(Meta { page_size: u32_at(8) as usize, root: u64_at(16), txid: u64_at(48) })
+    // Both metas describe the same file: a second one claiming another page size is
+    // damaged (and a zero there must not reach the page arithmetic).
+    if u32_at(8) as usize != page_size {
+        return Err(bad(format!("meta {index} page size {} differs from {page_size}", u32_at(8))));
+    }
+    Ok(Meta { page_size, root: u64_at(16), txid: u64_at(48) })
 }
 
 /// Receives (key, value, element flags) for each leaf element, in key order.
@@ -357,6 +362,15 @@ mod tests {
         file[PAGE_SIZE + HEADER + 20] ^= 0xff;
         assert!(read(&file).is_err());
         assert!(read(b"short").is_err());
+
+        // A second meta page with an unchecked (zero) sum and another page size: refused
+        // rather than used for page arithmetic (found by etcd/tests/fuzz.rs).
+        let mut file = write(&sample(10, 10));
+        let second = PAGE_SIZE + HEADER;
+        file[second + 8..second + 12].copy_from_slice(&0u32.to_le_bytes());
+        file[second + 48..second + 56].copy_from_slice(&u64::MAX.to_le_bytes());
+        file[second + 56..second + 64].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(read(&file).unwrap(), sample(10, 10), "the first meta page is used");
     }
 
     #[test]
