@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A long linearizability run of our etcd under faults (e2e/tests/linearizability.rs): a
 # 3-member cluster in network namespaces, concurrent get/put/CAS clients, and a nemesis that
-# kills, pauses and partitions members; porcupine checks the history. Needs root.
+# kills, power-cuts (lazyfs disks), pauses and partitions members; porcupine checks the history. Needs root.
 #
 #   hack/linearizability.sh                 # 300 s of workload
 #   LIN_SECONDS=900 LIN_CLIENTS=8 hack/linearizability.sh

@@ -140,3 +140,108 @@ mod tests {
         run("boom", &[b"x".to_vec()], 10, |input| assert!(input.len() > 5));
     }
 }
+
+/// Structure-aware mutation of JSON documents for targets whose inputs must parse to get
+/// anywhere (byte mutations of JSON text mostly stop at the decoder): the fuzz input is
+/// read as a stream of choices that pick one of `seeds` and edit it, so every input is a
+/// valid document that differs from a valid object in a few places.
+pub fn json_from_choices(seeds: &[serde_json::Value], choices: &[u8]) -> serde_json::Value {
+    let mut c = Choices(choices);
+    let mut doc = seeds[c.below(seeds.len())].clone();
+    for _ in 0..1 + c.below(4) {
+        edit(&mut doc, &mut c, 0);
+    }
+    doc
+}
+
+/// Reads choices off the input; zeros once it is used up.
+struct Choices<'a>(&'a [u8]);
+
+impl Choices<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 { 0 } else { usize::from(self.byte()) % n }
+    }
+}
+
+/// Values that reach the edges of validation: empty, huge, negative, wrong type, special
+/// characters, and words the API uses.
+fn interesting_value(c: &mut Choices<'_>) -> serde_json::Value {
+    use serde_json::json;
+    match c.below(24) {
+        0 => json!(null),
+        1 => json!(true),
+        2 => json!(false),
+        3 => json!(0),
+        4 => json!(-1),
+        5 => json!(i64::MAX),
+        6 => json!(i64::MIN),
+        7 => json!(u64::MAX),
+        8 => json!(1.5e300),
+        9 => json!(""),
+        10 => json!("a".repeat(300)),
+        11 => json!("-1"),
+        12 => json!("100m"),
+        13 => json!("1e3Gi"),
+        14 => json!("*"),
+        15 => json!("../x/./y"),
+        16 => json!("\u{0}\u{ffff}ÿ"),
+        17 => json!("a=b,c!=d"),
+        18 => json!("1970-01-01T00:00:00Z"),
+        19 => json!({}),
+        20 => json!([]),
+        21 => json!([{}]),
+        22 => json!({"": null}),
+        _ => json!(c.byte()),
+    }
+}
+
+/// One edit somewhere in `v`: descend a few levels by choice, then replace, delete,
+/// duplicate or add.
+fn edit(v: &mut serde_json::Value, c: &mut Choices<'_>, depth: usize) {
+    use serde_json::Value;
+    let descend = depth < 12 && c.below(4) != 0;
+    match v {
+        Value::Object(map) if descend && !map.is_empty() => {
+            let key = map.keys().nth(c.below(map.len())).cloned().unwrap_or_default();
+            match c.below(8) {
+                0 => {
+                    map.remove(&key);
+                }
+                1 => {
+                    let name =
+                        ["name", "namespace", "labels", "kind", "x", "$patch", "spec", "status"][c.below(8)];
+                    map.insert(name.to_string(), interesting_value(c));
+                }
+                _ => {
+                    if let Some(child) = map.get_mut(&key) {
+                        edit(child, c, depth + 1);
+                    }
+                }
+            }
+        }
+        Value::Array(items) if descend && !items.is_empty() => {
+            let i = c.below(items.len());
+            match c.below(8) {
+                0 => {
+                    items.remove(i);
+                }
+                1 => {
+                    let copy = items[i].clone();
+                    items.push(copy);
+                }
+                _ => edit(&mut items[i], c, depth + 1),
+            }
+        }
+        _ => *v = interesting_value(c),
+    }
+}

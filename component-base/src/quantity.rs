@@ -64,8 +64,10 @@ pub fn parse_milli(s: &str) -> Option<i64> {
         // Round up (away from zero for the magnitude, as upstream rounds requests up).
         value = value / divisor + i128::from(value % divisor != 0);
     }
-    let value = i64::try_from(value).unwrap_or(i64::MAX);
-    Some(if negative { -value } else { value })
+    // Sign first, then saturate: -2^63 fits, and every negative overflow ends at i64::MIN
+    // like the ones above (found by fuzzing: `-7E` printed and re-read came back 1 higher).
+    let signed = if negative { -value } else { value };
+    Some(i64::try_from(signed).unwrap_or(saturated))
 }
 
 /// A quantity in whole units, rounded up.
@@ -129,6 +131,15 @@ mod tests {
         assert_eq!(format_milli(128 * 1024 * 1024 * 1000, true), "128Mi");
         assert_eq!(format_milli(1000 * 1000, true), "1000");
         assert!(is_binary("64Mi") && !is_binary("64M"));
+    }
+
+    #[test]
+    fn negative_overflow_saturates_at_the_minimum_everywhere() {
+        // Found by fuzzing: printed saturated values must read back as themselves.
+        assert_eq!(parse_milli("-7E"), Some(i64::MIN));
+        assert_eq!(parse_milli(&format_milli(i64::MIN, false)), Some(i64::MIN));
+        assert_eq!(parse_milli("-9223372036854775808m"), Some(i64::MIN));
+        assert_eq!(parse_milli("9223372036854775808m"), Some(i64::MAX));
     }
 
     #[test]

@@ -231,18 +231,26 @@ impl MemberSpec {
         format!("http://{}:{}", self.ip, self.peer_port)
     }
 
-    /// Starts this member of a new cluster described by `initial_cluster`, with a fresh
-    /// data dir, without waiting for it to be healthy (that needs a quorum).
-    pub fn start(&self, initial_cluster: &str, extra_args: &[&str]) -> Etcd {
-        Etcd::start(EtcdOptions {
+    /// Options for this member of a new cluster described by `initial_cluster`, not
+    /// waiting for it to be healthy (that needs a quorum); callers add the rest.
+    pub fn options(&self, initial_cluster: &str) -> EtcdOptions {
+        EtcdOptions {
             ip: Some(self.ip),
             name: Some(self.name.clone()),
             client_port: Some(self.client_port),
             peer_port: Some(self.peer_port),
             initial_cluster: Some(initial_cluster.to_string()),
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             no_wait: true,
             ..Default::default()
+        }
+    }
+
+    /// Starts this member of a new cluster described by `initial_cluster`, with a fresh
+    /// data dir, without waiting for it to be healthy (that needs a quorum).
+    pub fn start(&self, initial_cluster: &str, extra_args: &[&str]) -> Etcd {
+        Etcd::start(EtcdOptions {
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            ..self.options(initial_cluster)
         })
     }
 }

@@ -21,6 +21,7 @@ pub mod dns;
 pub mod fake_cluster;
 pub mod fake_kubelet;
 pub mod kubelet;
+pub mod lazyfs;
 pub mod netns;
 pub mod nodes;
 pub mod pki;

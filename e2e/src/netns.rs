@@ -313,6 +313,8 @@ pub struct NetMember {
     /// Where clients run.
     pub hub: String,
     pub ip: Ipv4Addr,
+    /// The disk the data dir is on, when it can lose power (dropped after the process).
+    pub disk: Option<crate::lazyfs::LazyDisk>,
 }
 
 impl NetMember {
@@ -375,6 +377,13 @@ impl NetMember {
             let _ = c.wait();
         }
         self.paused = false;
+    }
+
+    /// The member's machine loses power: the process dies and its disk forgets everything
+    /// not fsynced. Needs a cluster started with [`NetCluster::start_on_lazy_disks`].
+    pub fn power_cut(&mut self) {
+        self.kill9();
+        self.disk.as_mut().expect("a member on a lazyfs disk").power_cut();
     }
 
     /// Starts the process again on the same data dir (after `kill9`) without waiting.
@@ -523,6 +532,20 @@ impl NetCluster {
     /// Like [`NetCluster::start`] with another etcd binary (Debian's etcd 3.4, say, to
     /// check a test against the reference implementation).
     pub fn start_binary(binary: &Path, size: usize, extra_args: &[&str]) -> NetCluster {
+        Self::launch(binary, size, extra_args, false)
+    }
+
+    /// Like [`NetCluster::start`], with every member's data dir on its own lazyfs disk
+    /// ([`crate::lazyfs::LazyDisk`]), so that [`NetMember::power_cut`] works.
+    pub fn start_on_lazy_disks(size: usize, extra_args: &[&str]) -> NetCluster {
+        let binary = std::env::var_os("NETNS_ETCD").map(PathBuf::from).unwrap_or_else(|| bin("etcd"));
+        let env_args = std::env::var("NETNS_ETCD_ARGS").unwrap_or_default();
+        let mut args: Vec<&str> = extra_args.to_vec();
+        args.extend(env_args.split_whitespace());
+        Self::launch(&binary, size, &args, true)
+    }
+
+    fn launch(binary: &Path, size: usize, extra_args: &[&str], lazy: bool) -> NetCluster {
         let net = Network::create(size);
         let initial: Vec<String> =
             (0..size).map(|i| format!("m{i}=http://{}:{PEER_PORT}", net.ip(i))).collect();
@@ -531,6 +554,9 @@ impl NetCluster {
             .map(|i| {
                 let ip = net.ip(i);
                 let dir = tempfile::tempdir().expect("tempdir");
+                let disk = lazy.then(crate::lazyfs::LazyDisk::new);
+                let data_dir =
+                    disk.as_ref().map_or_else(|| dir.path().join("data"), |d| d.path().join("data"));
                 let name = format!("m{i}");
                 let client_url = format!("http://{ip}:{CLIENT_PORT}");
                 let peer_url = format!("http://{ip}:{PEER_PORT}");
@@ -538,7 +564,7 @@ impl NetCluster {
                     "--name",
                     &name,
                     "--data-dir",
-                    &dir.path().join("data").display().to_string(),
+                    &data_dir.display().to_string(),
                     "--listen-client-urls",
                     &client_url,
                     "--advertise-client-urls",
@@ -564,6 +590,7 @@ impl NetCluster {
                     ns: net.ns(i).to_string(),
                     hub: net.hub().to_string(),
                     ip,
+                    disk,
                 };
                 m.spawn();
                 m

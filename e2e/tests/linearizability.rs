@@ -1,8 +1,10 @@
 //! Linearizability of our etcd under faults, checked with porcupine (WGL search).
 //!
-//! A 3-member cluster runs in network namespaces (`e2e::netns`), so a nemesis can inject
-//! all three fault kinds on random members (the leader half of the time): kill -9 and
-//! restart, SIGSTOP and SIGCONT, and an iptables partition and heal. Meanwhile concurrent
+//! A 3-member cluster runs in network namespaces (`e2e::netns`), each member's data dir on
+//! its own lazyfs disk (`e2e::lazyfs`), so a nemesis can inject four fault kinds on random
+//! members (the leader half of the time): kill -9 and restart, power loss (kill -9, the
+//! disk drops every unsynced write, restart), SIGSTOP and SIGCONT, and an iptables
+//! partition and heal. Meanwhile concurrent
 //! clients, each pinned to one member, run random linearizable gets, puts and
 //! compare-and-sets (a Txn: value == expected → put) on a few keys, every written value
 //! unique. Each operation records when it was invoked and when its answer came back (one
@@ -450,6 +452,7 @@ enum Fault {
     Kill,
     Pause,
     Partition,
+    PowerLoss,
 }
 
 /// A fault event on the history's clock.
@@ -476,18 +479,19 @@ fn nemesis(
             Some(l) if rng.random_bool(0.5) => l,
             _ => rng.random_range(0..c.len()),
         };
-        let fault = [Fault::Kill, Fault::Pause, Fault::Partition][rng.random_range(0..3)];
+        let fault = [Fault::Kill, Fault::Pause, Fault::Partition, Fault::PowerLoss][rng.random_range(0..4)];
         let hold = Duration::from_millis(rng.random_range(500..1500));
         let role = if leader == Some(target) { " (leader)" } else { "" };
         events.push(FaultEvent { at: now(start), what: format!("{fault:?} m{target}{role} for {hold:?}") });
         match fault {
             Fault::Kill => c.members[target].kill9(),
+            Fault::PowerLoss => c.members[target].power_cut(),
             Fault::Pause => c.members[target].pause(),
             Fault::Partition => c.isolate(target),
         }
         std::thread::sleep(hold);
         match fault {
-            Fault::Kill => c.members[target].respawn(),
+            Fault::Kill | Fault::PowerLoss => c.members[target].respawn(),
             Fault::Pause => c.members[target].resume(),
             Fault::Partition => c.heal(),
         }
@@ -583,7 +587,7 @@ fn linearizable_under_kill_pause_and_partition() {
         "linearizability: {} s, {} clients, {} keys, op timeout {:?}, seed {} (LIN_SEED to replay the choices)",
         cfg.seconds, cfg.clients, cfg.keys, cfg.op_timeout, cfg.seed
     );
-    let mut c = NetCluster::start(3, &[]);
+    let mut c = NetCluster::start_on_lazy_disks(3, &[]);
     c.wait_leader(&c.all(), Duration::from_secs(30));
     let ips: Vec<_> = c.members.iter().map(|m| m.ip).collect();
 

@@ -41,11 +41,20 @@ pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 pub struct Backend {
     db: DB,
     path: PathBuf,
+    /// `--unsafe-no-fsync`: writes asked to be synced are not.
+    no_fsync: bool,
 }
 
 impl Backend {
     /// Opens (or creates) the database under `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_with(dir, false)
+    }
+
+    /// `open`, and with `no_fsync` (etcd's `--unsafe-no-fsync`) no write waits for the disk:
+    /// a crash of the machine may then lose acknowledged writes. The power-loss tests use it
+    /// to show that they notice.
+    pub fn open_with(dir: &Path, no_fsync: bool) -> Result<Self> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
@@ -78,7 +87,7 @@ impl Backend {
         let cfs = [CF_RAFT, CF_KEY, CF_LEASE, CF_META].map(cf_opts);
         let db = DB::open_cf_descriptors(&opts, dir, cfs)
             .map_err(|source| BackendError::Open { path: dir.to_path_buf(), source })?;
-        Ok(Self { db, path: dir.to_path_buf() })
+        Ok(Self { db, path: dir.to_path_buf(), no_fsync })
     }
 
     pub fn path(&self) -> &Path {
@@ -98,7 +107,7 @@ impl Backend {
     /// Writes a batch. With `sync`, returns only once the WAL is on stable storage.
     pub fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
+        wo.set_sync(sync && !self.no_fsync);
         self.db.write_opt(batch, &wo)?;
         Ok(())
     }

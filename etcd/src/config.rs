@@ -112,6 +112,9 @@ pub struct Flags {
     /// bcrypt cost of hashed passwords (4 to 31).
     #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
     pub bcrypt_cost: u32,
+    /// Disables fsync, unsafe, will cause data loss.
+    #[arg(long, env = "ETCD_UNSAFE_NO_FSYNC", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub unsafe_no_fsync: bool,
 }
 
 /// Subcommands beside running the server.
@@ -190,6 +193,8 @@ pub struct ServerConfig {
     pub auth_token: String,
     pub auth_token_ttl: Duration,
     pub bcrypt_cost: u32,
+    /// `--unsafe-no-fsync`: acknowledged writes are not on disk until the OS writes them.
+    pub unsafe_no_fsync: bool,
 }
 
 impl ServerConfig {
@@ -332,6 +337,7 @@ impl Flags {
             auth_token: self.auth_token,
             auth_token_ttl: Duration::from_secs(self.auth_token_ttl),
             bcrypt_cost: self.bcrypt_cost,
+            unsafe_no_fsync: self.unsafe_no_fsync,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name))),
             name: self.name,
             listen_client_urls,
@@ -523,6 +529,9 @@ mod tests {
     fn bool_flags_take_go_syntax() {
         let f = flags(&["--client-cert-auth", "--cert-file", "c", "--key-file", "k"]);
         assert!(f.client_cert_auth);
+        assert!(!f.unsafe_no_fsync);
+        assert!(flags(&["--unsafe-no-fsync"]).into_config().unwrap().unsafe_no_fsync);
+        assert!(!flags(&["--unsafe-no-fsync=false"]).into_config().unwrap().unsafe_no_fsync);
         let f = flags(&["--client-cert-auth=false"]);
         assert!(!f.client_cert_auth);
     }

@@ -136,7 +136,10 @@ impl Running {
 pub async fn start(cfg: ServerConfig, shutdown: Shutdown) -> Result<Running, StartError> {
     let db_dir = cfg.data_dir.join("member").join("db");
     create_private_dir(&db_dir)?;
-    let backend = Arc::new(Backend::open(&db_dir)?);
+    if cfg.unsafe_no_fsync {
+        tracing::warn!("--unsafe-no-fsync is set: acknowledged writes can be lost when the machine crashes");
+    }
+    let backend = Arc::new(Backend::open_with(&db_dir, cfg.unsafe_no_fsync)?);
     let peer_client_tls = peer_client_tls(cfg.peer_tls.as_ref())?;
     let members = Arc::new(bootstrap::membership(&cfg, &backend, peer_client_tls.clone()).await?);
     let local_id = members.local_id;

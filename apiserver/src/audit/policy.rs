@@ -179,7 +179,8 @@ impl Policy {
                         "{at}.nonResourceURLs[{j}]: Invalid value: {url:?}: non-resource URL rules must begin with a '/' character"
                     ));
                 }
-                if !url.is_empty() && url[..url.len() - 1].contains('*') {
+                // Bytes, as upstream's check: the last character may be multi-byte.
+                if !url.is_empty() && url.as_bytes()[..url.len() - 1].contains(&b'*') {
                     errs.push(format!(
                         "{at}.nonResourceURLs[{j}]: Invalid value: {url:?}: non-resource URL wildcards '*' must be the final character of the rule"
                     ));

@@ -324,3 +324,16 @@ fn auditor_from_flags() {
     o.audit_log_mode = "sync".into();
     assert!(Auditor::new(&o).unwrap_err().contains("invalid audit log mode sync"));
 }
+
+#[test]
+fn non_resource_url_ending_in_a_multibyte_character_is_checked_not_a_panic() {
+    // Found by fuzzing: the wildcard check sliced the string inside the last character.
+    let doc = |url: &str| {
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  nonResourceURLs: [\"{url}\"]\n"
+        )
+    };
+    assert!(Policy::parse(doc("/healthzɥ").as_bytes()).is_ok());
+    let err = Policy::parse(doc("/health*ɥ").as_bytes()).unwrap_err();
+    assert!(err.contains("wildcards '*' must be the final character"), "{err}");
+}

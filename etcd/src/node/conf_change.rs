@@ -69,8 +69,18 @@ pub(super) fn apply(
     batch: &mut WriteBatch,
     cc: &ConfChange,
 ) -> Result<(Result<Vec<Member>, EtcdError>, bool), String> {
-    let ctx = ConfChangeContext::decode(cc.context.as_ref())
-        .map_err(|e| format!("membership change without a readable context: {e}"))?;
+    // A committed entry is the same on every member, so refusing a malformed one (only a
+    // broken or hostile peer proposes such) keeps the members in step.
+    let ctx = match ConfChangeContext::decode(cc.context.as_ref()) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            tracing::error!("membership change without a readable context refused: {e}");
+            return Ok((
+                Err(EtcdError::Internal(format!("membership change without a readable context: {e}"))),
+                false,
+            ));
+        }
+    };
     let kind = ctx.kind();
     let change = ctx.member.unwrap_or_default();
     let id = cc.node_id;
@@ -90,7 +100,15 @@ pub(super) fn apply(
         tracing::warn!(member = format!("{id:x}"), ?kind, "membership change refused: {e}");
         return Ok((Err(e), false));
     }
-    let cs = raw.apply_conf_change(cc).map_err(|e| format!("applying conf change: {e}"))?;
+    // raft-rs checks a change before making it (never removing the last voter, say): a
+    // refusal leaves its configuration as it was, on every member alike.
+    let cs = match raw.apply_conf_change(cc) {
+        Ok(cs) => cs,
+        Err(e) => {
+            tracing::error!(member = format!("{id:x}"), ?kind, "membership change refused by raft: {e}");
+            return Ok((Err(EtcdError::Internal(format!("applying conf change: {e}"))), false));
+        }
+    };
     raw.mut_store().set_conf_state(batch, cs);
     let mut removed_self = false;
     match kind {

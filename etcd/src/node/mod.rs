@@ -8,6 +8,7 @@
 
 mod conf_change;
 mod install;
+mod peer_guard;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -242,6 +243,10 @@ impl Node {
             }
             NodeMsg::ReadIndex { done } => self.reads_queued.push(done),
             NodeMsg::Raft(m) => {
+                if let Some(why) = peer_guard::refusal(&self.raw.raft, &m) {
+                    tracing::error!(from = format!("{:x}", m.from), "refusing a raft message: {why}");
+                    return;
+                }
                 if let Err(e) = self.raw.step(*m) {
                     tracing::debug!("dropping raft message: {e}");
                 }
@@ -511,7 +516,17 @@ impl Node {
                     results.push((id, result));
                 }
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
+                    // Undecodable: skipped alike by every member (see conf_change::apply).
+                    let cc = match ConfChange::parse_from_bytes(&e.data) {
+                        Ok(cc) => cc,
+                        Err(err) => {
+                            tracing::error!(
+                                index = e.index,
+                                "skipping an undecodable membership change: {err}"
+                            );
+                            continue;
+                        }
+                    };
                     let (result, removed_self) = conf_change::apply(
                         &mut self.raw,
                         &self.applier.members,
@@ -526,10 +541,15 @@ impl Node {
                 EntryType::EntryConfChangeV2 => {
                     // Only raft-rs itself writes these (leaving a joint configuration); this
                     // server proposes single-step ConfChanges.
-                    let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|e| e.to_string())?;
-                    let cs =
-                        self.raw.apply_conf_change(&cc).map_err(|e| format!("applying conf change: {e}"))?;
-                    self.raw.mut_store().set_conf_state(ab.batch(), cs);
+                    let applied = ConfChangeV2::parse_from_bytes(&e.data)
+                        .map_err(|err| err.to_string())
+                        .and_then(|cc| self.raw.apply_conf_change(&cc).map_err(|err| err.to_string()));
+                    match applied {
+                        Ok(cs) => self.raw.mut_store().set_conf_state(ab.batch(), cs),
+                        Err(err) => {
+                            tracing::error!(index = e.index, "skipping a configuration change: {err}")
+                        }
+                    }
                 }
             }
         }
