@@ -3,9 +3,9 @@
 # Rust through component_base::fuzz): etcd's snapshot and bbolt readers, its gRPC request
 # handlers and raft peer messages on a running member; the API server's protobuf, JSON and
 # YAML bodies through every resource's create and update checks, patches (JSON, merge,
-# strategic), server-side apply, selectors, query strings, SPDY frames, quantities, its
-# configuration files and pretty re-indenter; the kubelet's config, static pod manifests and
-# resolv.conf; kube-proxy's config. hack/test.sh runs the same targets briefly from a fixed
+# strategic), server-side apply, selectors, query strings, SPDY and WebSocket frames,
+# quantities, its configuration files and pretty re-indenter; kubeconfig files; the
+# kubelet's config, static pod manifests and resolv.conf; kube-proxy's config. hack/test.sh runs the same targets briefly from a fixed
 # seed; this runs each for FUZZ_SECONDS from a random seed (printed; FUZZ_SEED=<n> replays).
 #
 #   hack/fuzz.sh                 # 60 s per target

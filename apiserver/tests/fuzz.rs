@@ -378,3 +378,44 @@ rules:
         let _ = apiserver::audit::policy::Policy::parse(input);
     });
 }
+
+#[test]
+fn websocket_channel_frames() {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::WebSocketStream;
+    use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+    // What a client sends on an exec stream: masked binary frames, first byte the channel
+    // (stdin, then a resize), then v5's close of stdin, then a close frame.
+    let frame = |opcode: u8, payload: &[u8]| {
+        let mask = [1u8, 2, 3, 4];
+        let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+        f.extend(mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        f
+    };
+    let mut seed = frame(2, b"\x00ls -l\n");
+    seed.extend(frame(2, br#"\x04{"Width":80,"Height":24}"#));
+    seed.extend(frame(2, &[255, 0]));
+    seed.extend(frame(8, &[0x03, 0xe8]));
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    fuzz::run("websocket frames", &[seed], ITERATIONS, |input| {
+        rt.block_on(async {
+            let (mut client, server) = tokio::io::duplex(64 << 10);
+            // The limits `stream_translator` serves clients with (its MAX_MESSAGE).
+            let config =
+                WebSocketConfig::default().max_message_size(Some(4 << 20)).max_frame_size(Some(4 << 20));
+            let mut ws = WebSocketStream::from_raw_socket(server, Role::Server, Some(config)).await;
+            let _ = client.write_all(input).await;
+            drop(client);
+            // The translator's part: the channel byte, and for resize a JSON size.
+            while let Some(Ok(msg)) = ws.next().await {
+                if let Some((&channel, payload)) = msg.into_data().split_first()
+                    && channel == 4
+                {
+                    let _ = serde_json::from_slice::<Value>(payload);
+                }
+            }
+        });
+    });
+}
