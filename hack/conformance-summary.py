@@ -3,6 +3,8 @@
 and prints a Markdown table of passed/failed/skipped/not run per SIG, then every failed spec
 with the first line of its failure. Specs of conformance-specs.txt that the report does not
 mention (the suite stopped early, or a focus left them out) are counted as "not run".
+Without a JUnit report (e2e.test was stopped before it wrote one), the outcomes are read
+from the e2e-*.log files (ginkgo's -v output) instead.
 
     hack/conformance-summary.py RESULTS_DIR [--specs conformance-specs.txt]
 """
@@ -22,6 +24,40 @@ def spec_name(raw):
     return re.sub(r"^\[[A-Za-z]+\]\s+", "", raw).strip()
 
 
+SPEC_END = re.compile(r"^• (\[(FAILED|TIMEDOUT|PANICKED|INTERRUPTED)\] )?\[[0-9.]+ seconds\]")
+
+
+def from_log(path, outcome, failures):
+    """Outcomes from ginkgo's verbose log: a spec starts with its name and then its source
+    line; it ends with "• [N seconds]" when it passed, or "• [FAILED] [N seconds]", its
+    name and its "[FAILED] message" lines when it did not."""
+    with open(path, errors="replace") as f:
+        lines = f.read().split("\n")
+    current = None
+    for i, line in enumerate(lines):
+        if line.startswith("[sig-") and i + 1 < len(lines) and lines[i + 1].startswith("/"):
+            current = line.strip()
+        m = SPEC_END.match(line)
+        if not m:
+            continue
+        if not m.group(2):
+            if current and "[Conformance]" in current:
+                outcome[current] = "passed"
+            continue
+        name = spec_name(re.sub(r" \[It\] ", " ", lines[i + 1].strip())) if i + 1 < len(lines) else ""
+        if "[Conformance]" not in name:
+            continue
+        outcome[name] = "failed"
+        failures[name] = ""
+        for follow in lines[i + 2 : i + 400]:
+            text = follow.strip()
+            if follow.startswith("------"):
+                break
+            if text.startswith(("[FAILED]", "[TIMEDOUT]", "[PANICKED]")) and not re.search(r" in \[\w+\] - ", text):
+                failures[name] = text[:300]
+                break
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -36,10 +72,14 @@ def main():
             specs_file = default
 
     reports = sorted(glob.glob(os.path.join(results, "**", "junit*.xml"), recursive=True))
-    if not reports:
-        sys.exit(f"no junit*.xml in {results}")
     outcome = {}
     failures = {}
+    if not reports:
+        logs = sorted(glob.glob(os.path.join(results, "e2e-*.log")))
+        if not logs:
+            sys.exit(f"no junit*.xml and no e2e-*.log in {results}")
+        for path in logs:
+            from_log(path, outcome, failures)
     for path in reports:
         for case in ET.parse(path).getroot().iter("testcase"):
             name = spec_name(case.get("name", ""))

@@ -344,7 +344,7 @@ async fn log(
     ns: &str,
     name: &str,
     verb: &str,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> ApiResult<Response<BoxBody>> {
     if verb != "get" {
         return Err(ApiError::method_not_allowed(format!("{verb} is not supported on pods/log")));
@@ -387,6 +387,9 @@ async fn log(
         return Err(kubelet_error(status.as_u16(), &text, "pods/log", name));
     }
     let body = resp.into_body().map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+    if crate::wsstream::is_websocket(req.headers()) {
+        return crate::wsstream::serve(&mut req, body);
+    }
     Ok(text_response(StatusCode::OK, body))
 }
 

@@ -46,30 +46,37 @@ impl FieldValidation {
         version: &str,
         obj: &Value,
     ) -> ApiResult<Vec<String>> {
-        self.check_with_duplicates(meta, kind, version, obj, &[])
+        if self == Self::Ignore {
+            return Ok(Vec::new());
+        }
+        self.verdict(kind, version, unknown_fields(meta, obj))
     }
 
-    /// [`FieldValidation::check`], also reporting the `duplicates` found in the body.
-    pub fn check_with_duplicates(
+    /// [`FieldValidation::check`] for a request `body` that decoded to `obj`: a JSON body
+    /// is scanned once, so that unknown and duplicate fields are reported in the order the
+    /// document has them, as upstream's strict decoder does (`unknown field
+    /// "spec.unknownField", duplicate field "spec.replicas"`); any other encoding is judged
+    /// on the decoded object, which cannot repeat a field.
+    pub fn check_body(
         self,
         meta: Option<PatchMeta<'_>>,
         kind: &str,
         version: &str,
         obj: &Value,
-        duplicates: &[String],
+        body: &[u8],
     ) -> ApiResult<Vec<String>> {
         if self == Self::Ignore {
             return Ok(Vec::new());
         }
-        let mut unknown = Vec::new();
-        if let Some(meta) = meta {
-            walk(meta, obj, &mut String::new(), &mut unknown);
-        }
-        let messages: Vec<String> = duplicates
-            .iter()
-            .map(|path| format!("duplicate field \"{path}\""))
-            .chain(unknown.iter().map(|path| format!("unknown field \"{path}\"")))
-            .collect();
+        let problems = match scan_json(body, meta) {
+            Some(problems) => problems,
+            None => unknown_fields(meta, obj),
+        };
+        self.verdict(kind, version, problems)
+    }
+
+    fn verdict(self, kind: &str, version: &str, problems: Vec<Problem>) -> ApiResult<Vec<String>> {
+        let messages: Vec<String> = problems.iter().map(Problem::message).collect();
         match self {
             Self::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
                 "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
@@ -79,6 +86,31 @@ impl FieldValidation {
             Self::Warn => Ok(messages),
         }
     }
+}
+
+/// A field the strict decoder refuses, by its path (`spec.replicas`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Problem {
+    Unknown(String),
+    Duplicate(String),
+}
+
+impl Problem {
+    fn message(&self) -> String {
+        match self {
+            Problem::Unknown(path) => format!("unknown field \"{path}\""),
+            Problem::Duplicate(path) => format!("duplicate field \"{path}\""),
+        }
+    }
+}
+
+/// The fields of `obj` that `meta` does not declare, in the decoded map's order.
+fn unknown_fields(meta: Option<PatchMeta<'_>>, obj: &Value) -> Vec<Problem> {
+    let mut unknown = Vec::new();
+    if let Some(meta) = meta {
+        walk(meta, obj, &mut String::new(), &mut unknown);
+    }
+    unknown.into_iter().map(Problem::Unknown).collect()
 }
 
 /// Collects the paths (`spec.template.spec.containers[0].imagee`) of the fields of `v` that
@@ -115,46 +147,74 @@ fn walk(meta: PatchMeta<'_>, v: &Value, path: &mut String, out: &mut Vec<String>
 /// The paths (`spec.replicas`, `spec.containers[0].name`) of keys a JSON document repeats
 /// within one object. Empty for anything that is not JSON.
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    scan_json(body, None)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| match p {
+            Problem::Duplicate(path) => Some(path),
+            Problem::Unknown(_) => None,
+        })
+        .collect()
+}
+
+/// One pass over a JSON document: its repeated keys and, with `meta`, the keys the schema
+/// does not declare (each reported where it first appears), in document order. `None`
+/// when the body is not JSON.
+fn scan_json(body: &[u8], meta: Option<PatchMeta<'_>>) -> Option<Vec<Problem>> {
     use serde::de::DeserializeSeed;
     let mut out = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(body);
-    let _ = Scan { path: String::new(), out: &mut out }.deserialize(&mut de);
-    out
+    Scan { path: String::new(), meta, out: &mut out }.deserialize(&mut de).ok()?;
+    Some(out)
 }
 
-/// Walks a JSON value, noting repeated keys; the value itself is discarded.
-struct Scan<'o> {
+/// Walks a JSON value beside its schema, noting repeated and undeclared keys; the value
+/// itself is discarded. Free-form values (no declared fields) are not judged.
+struct Scan<'o, 'm> {
     path: String,
-    out: &'o mut Vec<String>,
+    meta: Option<PatchMeta<'m>>,
+    out: &'o mut Vec<Problem>,
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for Scan<'_> {
+impl<'de> serde::de::DeserializeSeed<'de> for Scan<'_, '_> {
     type Value = ();
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Scan<'_> {
+impl<'de> serde::de::Visitor<'de> for Scan<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("JSON")
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = std::collections::HashSet::new();
+        let declared = self.meta.filter(|m| m.declares_fields());
         while let Some(key) = map.next_key::<String>()? {
             let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
-            if !seen.insert(key) {
-                self.out.push(path.clone());
+            let field = declared.and_then(|m| m.field(&key));
+            let first = seen.insert(key);
+            if !first {
+                self.out.push(Problem::Duplicate(path.clone()));
+            } else if declared.is_some() && field.is_none() {
+                self.out.push(Problem::Unknown(path.clone()));
             }
-            map.next_value_seed(Scan { path, out: &mut *self.out })?;
+            // An undeclared field's contents are not judged further, as upstream.
+            let meta = field.map(|f| f.meta);
+            map.next_value_seed(Scan { path, meta, out: &mut *self.out })?;
         }
         Ok(())
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut i = 0;
+        // A list's schema is its elements' (see `PatchMeta::field`).
         while seq
-            .next_element_seed(Scan { path: format!("{}[{i}]", self.path), out: &mut *self.out })?
+            .next_element_seed(Scan {
+                path: format!("{}[{i}]", self.path),
+                meta: self.meta,
+                out: &mut *self.out,
+            })?
             .is_some()
         {
             i += 1;
@@ -246,12 +306,43 @@ mod tests {
         assert_eq!(duplicate_fields(body), ["metadata.name", "spec.containers[0].image"]);
         assert!(duplicate_fields(b"not json").is_empty());
         let err = FieldValidation::Strict
-            .check_with_duplicates(None, "Pod", "v1", &json!({}), &["metadata.name".into()])
+            .check_body(None, "Pod", "v1", &json!({}), br#"{"metadata":{"name":"a","name":"b"}}"#)
             .unwrap_err();
         assert!(
             err.message.ends_with("strict decoding error: duplicate field \"metadata.name\""),
             "{}",
             err.message
+        );
+    }
+
+    /// Upstream's strict decoder reports what it meets in document order; the conformance
+    /// spec "should detect unknown and duplicate fields of a typed object" checks the text.
+    #[test]
+    fn unknown_and_duplicate_fields_in_document_order() {
+        let openapi = api();
+        let meta = openapi.patch_meta("apps", "v1", "Deployment");
+        let body = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"my-dep"},
+            "spec":{"unknownField":"foo","replicas":2,"replicas":3,
+            "template":{"spec":{"containers":[{"name":"c","image":"i","bogus":{"x":1},"image":"j"}]}}}}"#;
+        let obj: Value = serde_json::from_slice(body).unwrap();
+        let err = FieldValidation::Strict.check_body(meta, "Deployment", "v1", &obj, body).unwrap_err();
+        assert!(
+            err.message.ends_with(
+                "strict decoding error: unknown field \"spec.unknownField\", duplicate field \"spec.replicas\", \
+                 unknown field \"spec.template.spec.containers[0].bogus\", \
+                 duplicate field \"spec.template.spec.containers[0].image\""
+            ),
+            "{}",
+            err.message
+        );
+        // Not JSON (YAML, protobuf): judged on the decoded object.
+        let warnings = FieldValidation::Warn.check_body(meta, "Deployment", "v1", &obj, b"spec: {}").unwrap();
+        assert_eq!(
+            warnings,
+            [
+                "unknown field \"spec.template.spec.containers[0].bogus\"",
+                "unknown field \"spec.unknownField\""
+            ]
         );
     }
 

@@ -59,6 +59,7 @@ pub mod stream_translator;
 pub mod table;
 pub mod tls;
 pub mod validation;
+pub mod wsstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -155,6 +156,9 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
     let serving_key = tls::serving_files(&cfg).1;
     let authn = authn::Authenticator::new(&cfg.authentication, registry.clone(), Some(&serving_key))
         .map_err(StartError::Config)?;
+    // Upstream's ExternalAddress: the advertised address and the secure port.
+    let external_address = std::net::SocketAddr::new(cfg.advertise, cfg.listen.port()).to_string();
+    let openid = authn.openid_metadata(&cfg.authentication, &external_address);
     let authz = Arc::new(authz::Chain::new(&cfg.authorization, &registry).map_err(StartError::Config)?);
     let admission = Arc::new(admission::Chain::new(&cfg.admission, &registry).map_err(StartError::Config)?);
     let kubelet = Arc::new(kubelet_client::KubeletClient::new(&cfg.kubelet).map_err(StartError::Config)?);
@@ -175,6 +179,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         openapi: Arc::new(openapi::OpenApi::new(&registry)),
         audit,
         kubelet,
+        openid,
     });
     {
         let registry = registry.clone();

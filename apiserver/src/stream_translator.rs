@@ -22,14 +22,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{
     CloseFrame, Message, Role, WebSocketConfig, frame::coding::CloseCode,
 };
@@ -78,11 +77,6 @@ impl Mode {
     }
 }
 
-fn is_websocket(headers: &HeaderMap) -> bool {
-    proxy::is_upgrade_request(headers)
-        && proxy::header_list(headers, header::UPGRADE).iter().any(|p| p.eq_ignore_ascii_case("websocket"))
-}
-
 /// The translation `sub` with these headers gets, if any.
 pub fn mode(
     sub: &str,
@@ -92,7 +86,7 @@ pub fn mode(
     stderr: bool,
     tty: bool,
 ) -> Option<Mode> {
-    if !is_websocket(headers) {
+    if !crate::wsstream::is_websocket(headers) {
         return None;
     }
     // Comma lists and repeated headers alike.
@@ -166,17 +160,7 @@ pub async fn serve(
             }
         },
     );
-    let mut r = Response::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync());
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(
-        header::SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(&derive_accept_key(&key)).map_err(|e| ApiError::internal(e.to_string()))?,
-    );
-    h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(mode.client_protocol()));
-    Ok(r)
+    crate::wsstream::switching_protocols(&key, Some(mode.client_protocol()))
 }
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;

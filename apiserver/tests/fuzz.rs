@@ -165,13 +165,8 @@ fn object_seeds() -> Vec<Value> {
 fn create_and_update_checks(body: &[u8], obj: Value, old: Option<&Value>) {
     let Some(r) = resource_of(&obj) else { return };
     let meta = patch_meta(r);
-    let _ = FieldValidation::Strict.check_with_duplicates(
-        meta,
-        r.info.kind,
-        r.info.version,
-        &obj,
-        &duplicate_fields(body),
-    );
+    let _ = FieldValidation::Strict.check_body(meta, r.info.kind, r.info.version, &obj, body);
+    let _ = duplicate_fields(body);
     let Ok(mut obj) = (r.normalize)(obj) else { return };
     r.hooks.convert_in(&mut obj);
     if !obj.get("metadata").is_some_and(Value::is_object) {

@@ -114,6 +114,39 @@ impl PublicKey {
         key
     }
 
+    /// The key as a JSON Web Key for signature checks (RFC 7517/7518), with the members
+    /// upstream's JWKS documents carry (`use`, `kty`, `kid`, `alg`, `crv`, and `n`/`e` or
+    /// `x`/`y`). `None` if the stored key cannot be read back (never for a parsed key).
+    pub fn jwk(&self) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        match self.alg {
+            Algorithm::RS256 => {
+                let mut rsa = der::Reader::new(der::Reader::new(&self.raw).read(der::SEQUENCE)?);
+                let strip = |i: &'_ [u8]| -> Vec<u8> {
+                    let skip = i.iter().take_while(|b| **b == 0).count().min(i.len().saturating_sub(1));
+                    i[skip..].to_vec()
+                };
+                let n = strip(rsa.read(der::INTEGER)?);
+                let e = strip(rsa.read(der::INTEGER)?);
+                Some(
+                    json!({"use": "sig", "kty": "RSA", "kid": self.key_id, "alg": "RS256", "n": b64(&n), "e": b64(&e)}),
+                )
+            }
+            Algorithm::ES256 | Algorithm::ES384 => {
+                let (crv, size) = if self.alg == Algorithm::ES256 { ("P-256", 32) } else { ("P-384", 48) };
+                let point = self.raw.strip_prefix(&[0x04])?;
+                if point.len() != 2 * size {
+                    return None;
+                }
+                let (x, y) = point.split_at(size);
+                Some(
+                    json!({"use": "sig", "kty": "EC", "kid": self.key_id, "crv": crv, "alg": self.alg.name(), "x": b64(x), "y": b64(y)}),
+                )
+            }
+        }
+    }
+
     /// Parses a DER `SubjectPublicKeyInfo` of an RSA or P-256/P-384 key.
     pub fn from_spki(spki: &[u8]) -> Option<Self> {
         let mut outer = der::Reader::new(der::Reader::new(spki).read(der::SEQUENCE)?);
@@ -286,6 +319,7 @@ fn sec1_to_pkcs8(alg: Algorithm, sec1: &[u8]) -> Vec<u8> {
 /// Just enough DER to read and write the key structures above.
 mod der {
     pub const SEQUENCE: u8 = 0x30;
+    pub const INTEGER: u8 = 0x02;
     pub const BIT_STRING: u8 = 0x03;
     pub const OCTET_STRING: u8 = 0x04;
     pub const OID: u8 = 0x06;
@@ -399,6 +433,28 @@ mod tests {
         let sig = ec.sign(b"x").unwrap();
         assert!(spki.verify(Algorithm::ES256, b"x", &sig));
         assert!(!PublicKey::from_spki(&rsa.public.spki_der()).unwrap().verify(Algorithm::ES256, b"x", &sig));
+    }
+
+    /// Expected values read with `openssl rsa -pubin -text` / `openssl ec -text`.
+    #[test]
+    fn jwks_carry_the_public_parameters() {
+        let rsa = public_keys_from_pem(RSA_PUB).unwrap().remove(0).jwk().unwrap();
+        assert_eq!(
+            (rsa["kty"].as_str(), rsa["alg"].as_str(), rsa["use"].as_str()),
+            (Some("RSA"), Some("RS256"), Some("sig"))
+        );
+        assert_eq!(rsa["kid"], RSA_KID);
+        assert_eq!(rsa["e"], "AQAB");
+        let n = rsa["n"].as_str().unwrap();
+        assert!(n.starts_with("tReG42-vYe2HuAOq3jT941NorAvNKQPeudAWSvTm"), "{n}");
+        assert_eq!(n.len(), 342, "a 2048-bit modulus without its sign byte");
+
+        let ec = SigningKey::from_pem(EC_SEC1).unwrap().public.jwk().unwrap();
+        assert_eq!(
+            ec,
+            serde_json::json!({"use": "sig", "kty": "EC", "kid": EC_KID, "crv": "P-256", "alg": "ES256",
+                "x": "1Ca7it2JIw3YZduETZ7KXVazlONFC-UQ5pYi1-XXnWo", "y": "-3pJv1k6f3cHywTqtXEvB_AcUCnOGm114Rzo86gZO6k"})
+        );
     }
 
     #[test]

@@ -165,6 +165,50 @@ impl KubeApiserver {
         (code, std::fs::read_to_string(dir.path().join("body")).unwrap_or_default())
     }
 
+    /// A WebSocket GET of `path` as the admin, offering `protocol`, read until the server
+    /// closes (at most 30 s): the response head, then each data message's opcode (1 text,
+    /// 2 binary) and payload. `openssl s_client` carries the TLS, so the handshake and
+    /// the frames are exactly the bytes on the wire.
+    pub fn websocket_messages(&self, path: &str, protocol: Option<&str>) -> (String, Vec<(u8, Vec<u8>)>) {
+        use std::io::Write;
+        let mut head = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}:{}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+            self.ip, self.port
+        );
+        if let Some(p) = protocol {
+            head.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut child = Command::new("timeout")
+            .args(["30", "openssl", "s_client", "-quiet", "-ign_eof", "-connect"])
+            .arg(format!("{}:{}", self.ip, self.port))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running openssl s_client");
+        child.stdin.take().expect("stdin").write_all(head.as_bytes()).expect("writing the handshake");
+        let out = child.wait_with_output().expect("openssl s_client").stdout;
+        let end = out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4).unwrap_or(out.len());
+        let mut messages = Vec::new();
+        let mut rest = &out[end..];
+        while rest.len() >= 2 {
+            let opcode = rest[0] & 0x0f;
+            let (len, skip) = match rest[1] & 0x7f {
+                126 if rest.len() >= 4 => (u16::from_be_bytes([rest[2], rest[3]]) as usize, 4),
+                127 if rest.len() >= 10 => (u64::from_be_bytes(rest[2..10].try_into().unwrap()) as usize, 10),
+                n if n < 126 => (n as usize, 2),
+                _ => break,
+            };
+            let Some(payload) = rest.get(skip..skip + len) else { break };
+            if opcode == 1 || opcode == 2 {
+                messages.push((opcode, payload.to_vec()));
+            }
+            rest = &rest[skip + len..];
+        }
+        (String::from_utf8_lossy(&out[..end]).into_owned(), messages)
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let mut s = String::new();
         if let Ok(mut f) = std::fs::File::open(self.dir.path().join("kube-apiserver.log")) {

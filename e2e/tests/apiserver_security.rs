@@ -438,6 +438,38 @@ fn service_account_tokens() {
         "no bindings, so 403: {err}"
     );
 
+    // Service account issuer discovery: the OIDC document names the issuer and the JWKS,
+    // whose key (found by the token's `kid`) verifies the token's signature, as a relying
+    // party outside the cluster would check it.
+    let config = json(&api.kubectl_ok(&["get", "--raw", "/.well-known/openid-configuration"]));
+    assert_eq!(config["issuer"], ISSUER, "{config}");
+    assert!(
+        config["jwks_uri"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("https://") && u.ends_with("/openid/v1/jwks")),
+        "{config}"
+    );
+    assert_eq!(config["id_token_signing_alg_values_supported"], json!(["RS256"]), "{config}");
+    let jwks = json(&api.kubectl_ok(&["get", "--raw", "/openid/v1/jwks"]));
+    let header: Value =
+        serde_json::from_slice(&B64URL.decode(token.split('.').next().expect("header")).expect("base64"))
+            .expect("JSON header");
+    let jwk = jwks["keys"]
+        .as_array()
+        .and_then(|ks| ks.iter().find(|k| k["kid"] == header["kid"]))
+        .unwrap_or_else(|| panic!("no key {} in {jwks}", header["kid"]));
+    let component = |name: &str| B64URL.decode(jwk[name].as_str().expect("member")).expect("base64");
+    let (signed, sig) = token.rsplit_once('.').expect("signature");
+    ring::signature::RsaPublicKeyComponents { n: component("n"), e: component("e") }
+        .verify(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            signed.as_bytes(),
+            &B64URL.decode(sig).expect("base64"),
+        )
+        .expect("the token verifies with the published key");
+    // Service accounts may read both (the system:service-account-issuer-discovery binding).
+    sa.kubectl_ok(&["get", "--raw", "/openid/v1/jwks"]);
+
     // TokenReview by the admin.
     let review = |t: &str| {
         let body =

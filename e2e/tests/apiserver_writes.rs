@@ -173,6 +173,16 @@ fn edit_scale_wait_and_output_formats() {
         json(&api.kubectl_ok(&["get", "cm", "extra", "-n", "w", "-o", "json"]))["data"]["a"],
         "edited"
     );
+    // A grace period on a kind without graceful deletion is ignored, as upstream: the
+    // object goes at once (conformance: LimitRange deleted with a 30 s grace period).
+    api.kubectl_ok(&["create", "cm", "graceless", "-n", "w"]);
+    api.kubectl_ok(&["delete", "cm", "graceless", "-n", "w", "--grace-period=30", "--wait=false"]);
+    let out = api.kubectl(&["get", "cm", "graceless", "-n", "w"]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("NotFound"),
+        "still there: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // An edit racing a concurrent update: the editor changes the object under kubectl's
     // feet, so kubectl's patch (pinned to the resourceVersion it read) conflicts.
     let mut edit = api.kubectl_cmd(&["edit", "cm", "extra", "-n", "w", "--output-patch=false"]);

@@ -455,6 +455,31 @@ fn quota_aggregation_podgc_health_and_metrics() {
         (used["pods"] == "2" && used["requests.cpu"] == "500m" && used["configmaps"].is_string())
             .then_some(())
     });
+    // Object counts of workload kinds: deleting a ReplicaSet gives its count back at once,
+    // not at the next full resync (5 minutes).
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "idle"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "idle"}},
+            "template": {"metadata": {"labels": {"app": "idle"}},
+                "spec": {"containers": [{"name": "c", "image": "localhost/busybox:1"}]}}}});
+    let out = c.api.kubectl_stdin(&["create", "-f", "-"], &rs.to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.kubectl(&["create", "quota", "objects", "--hard=count/replicasets.apps=10"]);
+    let replicasets_counted = |with_idle: bool| {
+        wait_for(
+            &format!("count/replicasets.apps counts every ReplicaSet (idle: {with_idle})"),
+            WAIT,
+            POLL,
+            || {
+                let items = c.items(&["replicasets"]);
+                let idle = items.iter().any(|r| r["metadata"]["name"] == "idle");
+                let used = c.get(&["quota", "objects"])["status"]["used"]["count/replicasets.apps"].clone();
+                (idle == with_idle && used == items.len().to_string()).then_some(())
+            },
+        )
+    };
+    replicasets_counted(true);
+    c.kubectl(&["delete", "replicaset", "idle"]);
+    replicasets_counted(false);
     assert!(kcm.metric("workqueue_adds_total", &["name=\"replicaset\""]) > 0.0);
     assert!(kcm.metric("workqueue_depth", &["name=\"deployment\""]) >= 0.0);
 

@@ -480,10 +480,111 @@ spec:
     let lines = follow.read_lines(3, Duration::from_secs(30)).to_vec();
     assert_eq!(lines[..3], ["tick 0", "tick 1", "tick 2"], "{lines:?}");
     drop(follow);
+    // limitBytes cuts bytes, not lines (conformance: "kubectl logs should be able to
+    // retrieve and filter logs"); with -f too.
+    assert_eq!(c.kubectl(&["logs", "ticker", "--limit-bytes=1"]), "t");
+    assert_eq!(c.kubectl(&["logs", "ticker", "--limit-bytes=9", "-f"]), "tick 0\nti");
     let (code, body) = c.kubelet.get("/containerLogs/default/crash/c?previous=true", Some(ADMIN_TOKEN));
     assert_eq!((code, body.trim()), (200, "attempt"));
+    // The log over WebSocket (upstream's wsstream reader, as the conformance spec "should
+    // support retrieving logs from the container over websockets" reads it): binary
+    // messages, or base64 text ones, then a normal close.
+    let path = "/api/v1/namespaces/default/pods/crash/log?previous=true";
+    let (head, messages) = c.api.websocket_messages(path, Some("binary.k8s.io"));
+    assert!(head.starts_with("HTTP/1.1 101") && head.contains("binary.k8s.io"), "{head}");
+    assert!(messages.iter().all(|(op, _)| *op == 2), "{messages:?}");
+    let text: Vec<u8> = messages.iter().flat_map(|(_, m)| m.clone()).collect();
+    assert_eq!(String::from_utf8_lossy(&text), "attempt\n");
+    let (_, messages) = c.api.websocket_messages(path, Some("base64.binary.k8s.io"));
+    let decoded: Vec<u8> = messages
+        .iter()
+        .flat_map(|(op, m)| {
+            assert_eq!(*op, 1, "base64 comes as text");
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, m).expect("base64")
+        })
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&decoded), "attempt\n");
     let (_, probes) = c.kubelet.get("/metrics/probes", Some(ADMIN_TOKEN));
     assert!(probes.contains("prober_probe_total{") && probes.contains("probe_type=\"Liveness\""), "{probes}");
+
+    // httpGet lifecycle hooks: postStart after the start, preStop before the stop, each one
+    // GET to another pod (a one-request-at-a-time `nc` that prints what it receives), with
+    // upstream's User-Agent, as the conformance spec "should execute poststart http hook
+    // properly" checks it.
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hook-handler
+spec:
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: [sh, -c, "while true; do printf 'HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n' | nc -l -p 8080; done"]
+"#
+    ));
+    let handler = c.wait_pod("hook-handler", "Running with an IP", |p| {
+        phase(p) == "Running" && p["status"]["podIP"].is_string()
+    });
+    let handler_ip = handler["status"]["podIP"].as_str().expect("podIP").to_owned();
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hooked
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: [sleep, "600"]
+    lifecycle:
+      postStart:
+        httpGet: {{host: "{handler_ip}", port: 8080, path: "/echo?msg=poststart"}}
+      preStop:
+        httpGet: {{host: "{handler_ip}", port: 8080, path: "/echo?msg=prestop"}}
+"#
+    ));
+    c.wait_pod("hooked", "Running", |p| phase(p) == "Running");
+    let received = |what: &str| {
+        wait_for(&format!("the handler receives {what}"), WAIT, POLL, || {
+            let log = c.logs("hook-handler", "c");
+            log.contains(&format!("GET /echo?msg={what} HTTP/1.1")).then_some(log)
+        })
+    };
+    let log = received("poststart");
+    assert!(log.contains("User-Agent: kube-lifecycle/1.32"), "{log}");
+    c.kubectl(&["delete", "pod", "hooked", "--wait=false"]);
+    received("prestop");
+
+    // Admission: a pod bound straight to the node (past the scheduler's port check) that
+    // asks for a host port another pod holds is rejected for good, as upstream's kubelet
+    // does (the StatefulSet conformance spec "Should recreate evicted statefulset").
+    for name in ["port-holder", "port-taker"] {
+        c.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: kl-node-2\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [sleep, '600']\n    ports:\n    - containerPort: 80\n      hostPort: 18080\n"
+        ));
+        if name == "port-holder" {
+            c.wait_pod(name, "Running", |p| phase(p) == "Running");
+        }
+    }
+    let taker = c.wait_pod("port-taker", "rejected", |p| phase(p) == "Failed");
+    assert_eq!(taker["status"]["reason"], "NodePorts", "{taker}");
+    assert!(
+        taker["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Pod was rejected: Predicate NodePorts failed")),
+        "{taker}"
+    );
+    assert_eq!(phase(&c.get(&["pod", "port-holder"])), "Running");
+
+    // activeDeadlineSeconds: past it, the containers stop and the pod fails for good.
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: deadline\nspec:\n  activeDeadlineSeconds: 3\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [sleep, '600']\n"
+    ));
+    let failed = c.wait_pod("deadline", "failed at its deadline", |p| phase(p) == "Failed");
+    assert_eq!(failed["status"]["reason"], "DeadlineExceeded", "{failed}");
+    assert!(container_status(&failed, 0)["state"]["terminated"].is_object(), "{failed}");
 }
 
 #[test]

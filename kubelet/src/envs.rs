@@ -131,7 +131,10 @@ pub fn resource_field_ref(
         }
         _ => 1000,
     };
-    if divisor <= 0 {
+    // A zero divisor is the API's unset value (clients serialise an empty Quantity as
+    // "0"): upstream divides by 1 then.
+    let divisor = if divisor == 0 { 1000 } else { divisor };
+    if divisor < 0 {
         return Err(format!("invalid divisor for {resource}"));
     }
     Ok(((milli + divisor - 1) / divisor).to_string())
@@ -291,6 +294,26 @@ pub fn expand(input: &str, vars: &[(String, String)]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Go clients send an unset divisor as "0" (the zero Quantity); the conformance spec
+    /// "node allocatable (cpu) as default cpu limit" does. It means 1, as upstream.
+    #[test]
+    fn zero_divisor_means_one() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "32Mi"}}}]}
+        }))
+        .unwrap();
+        let node =
+            NodeFacts { allocatable_cpu_milli: 2000, allocatable_memory: 1 << 30, ..Default::default() };
+        let get = |res: &str, d: Option<&str>| resource_field_ref(&pod, "c", res, d, &node);
+        assert_eq!(get("limits.cpu", Some("0")).unwrap(), "2");
+        assert_eq!(get("requests.cpu", Some("0")).unwrap(), "1");
+        assert_eq!(get("requests.cpu", Some("1m")).unwrap(), "250");
+        assert_eq!(get("requests.memory", Some("0")).unwrap(), (32u64 << 20).to_string());
+        assert_eq!(get("limits.memory", None).unwrap(), (1u64 << 30).to_string());
+        assert!(get("limits.cpu", Some("-1")).is_err());
+    }
 
     #[test]
     fn envs_in_order_with_refs_and_expansion() {

@@ -113,7 +113,7 @@ pub fn sandbox_config(
                 namespace_options: Some(namespace_options(&spec)),
                 run_as_user: psc.run_as_user.map(|value| cri::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| cri::Int64Value { value }),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: supplemental_groups(&psc),
                 privileged,
                 ..Default::default()
             }),
@@ -127,6 +127,19 @@ pub fn sandbox_config(
 
 /// The pod's namespaces: the host's when hostNetwork/hostPID/hostIPC, else the pod's; one
 /// PID namespace per container unless `shareProcessNamespace`.
+/// The pod's supplemental groups, with its fsGroup added (upstream's
+/// `determineEffectiveSecurityContext`): a container user must be in the group that owns
+/// the pod's volumes.
+fn supplemental_groups(psc: &k8s_openapi::api::core::v1::PodSecurityContext) -> Vec<i64> {
+    let mut groups = psc.supplemental_groups.clone().unwrap_or_default();
+    if let Some(g) = psc.fs_group
+        && !groups.contains(&g)
+    {
+        groups.push(g);
+    }
+    groups
+}
+
 fn namespace_options(spec: &k8s_openapi::api::core::v1::PodSpec) -> cri::NamespaceOption {
     let mode = |host: Option<bool>, otherwise: cri::NamespaceMode| {
         if host.unwrap_or(false) { cri::NamespaceMode::Node as i32 } else { otherwise as i32 }
@@ -268,7 +281,7 @@ pub fn container_config(
                 run_as_user: sc.run_as_user.or(psc.run_as_user).map(|value| cri::Int64Value { value }),
                 run_as_group: sc.run_as_group.or(psc.run_as_group).map(|value| cri::Int64Value { value }),
                 readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: supplemental_groups(&psc),
                 no_new_privs: sc.allow_privilege_escalation == Some(false),
                 masked_paths: if unmasked {
                     Vec::new()

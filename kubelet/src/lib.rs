@@ -16,12 +16,14 @@
 //!   [`streaming`]: exec, attach and port-forward proxied to the runtime's streaming server;
 //!   [`stats`]: `/stats/summary`.
 
+pub mod admission;
 pub mod config;
 pub mod cri;
 pub mod dns;
 pub mod envs;
 pub mod etc_hosts;
 pub mod kuberuntime;
+pub mod lifecycle;
 pub mod metrics;
 pub mod mirror;
 pub mod node;

@@ -42,7 +42,16 @@ pub struct State {
     pub removed_grace: Mutex<HashMap<String, i64>>,
     /// When each pod was first seen, and whether its startup latency was observed yet.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
+    /// Pods admitted to run on this node (upstream's HandlePodAdditions), by UID.
+    admitted: Mutex<std::collections::HashSet<String>>,
+    /// Pods the kubelet ended for good, with the status reason and message (upstream's
+    /// pod sync handlers' ShouldEvict: activeDeadlineSeconds), by UID.
+    evicted: Mutex<HashMap<String, (&'static str, &'static str)>>,
 }
+
+/// Upstream's activeDeadlineSeconds verdict.
+const DEADLINE_EXCEEDED: (&str, &str) =
+    ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline");
 
 /// What a sync asks of its worker.
 enum Next {
@@ -145,6 +154,8 @@ fn forget(k: &Kubelet, uid: &str) {
     k.worker_state.tokens.lock().remove(uid);
     k.worker_state.written.lock().remove(uid);
     k.worker_state.first_seen.lock().remove(uid);
+    k.worker_state.admitted.lock().remove(uid);
+    k.worker_state.evicted.lock().remove(uid);
     let prefix = format!("{uid}/");
     k.worker_state.backoff.lock().retain(|key, _| !key.starts_with(&prefix));
     k.probes.forget_pod(uid);
@@ -173,7 +184,30 @@ async fn kill_pod(
     containers: &[cri::Container],
     grace: Option<i64>,
 ) -> Result<(), cri::Error> {
-    if sandboxes.is_empty() && containers.is_empty() {
+    stop_containers(k, pod, containers, grace).await?;
+    for s in sandboxes {
+        for r in [k.runtime.stop_pod_sandbox(&s.id).await, k.runtime.remove_pod_sandbox(&s.id).await] {
+            match r {
+                Err(e) if e.code() != tonic::Code::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    if !sandboxes.is_empty() || !containers.is_empty() {
+        tracing::info!(%uid, "pod's containers and sandboxes removed");
+    }
+    Ok(())
+}
+
+/// Stops the running ones of `containers` within the grace period, each after its preStop
+/// hook; the stopped containers stay, with their logs and exit codes.
+async fn stop_containers(
+    k: &Arc<Kubelet>,
+    pod: Option<&Pod>,
+    containers: &[cri::Container],
+    grace: Option<i64>,
+) -> Result<(), cri::Error> {
+    if containers.is_empty() {
         return Ok(());
     }
     let grace = grace_of(pod, containers, grace);
@@ -189,15 +223,14 @@ async fn kill_pod(
             let started = Instant::now();
             if let (Some(pod), Some(spec)) = (&pod, &spec) {
                 event(&k, pod, Type::Normal, "Killing", format!("Stopping container {name}"));
-                if let Some(cmd) =
-                    spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.exec.as_ref())
-                {
-                    let budget = Duration::from_secs(grace as u64);
-                    let _ = tokio::time::timeout(
-                        budget,
-                        k.runtime.exec_sync(&id, cmd.command.clone().unwrap_or_default(), budget),
-                    )
-                    .await;
+                if let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+                    let budget = Duration::from_secs(grace.max(0) as u64);
+                    let pod_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+                    if let Err(msg) =
+                        crate::lifecycle::run(&k.runtime, &id, spec, hook, &pod_ip, budget).await
+                    {
+                        event(&k, pod, Type::Warning, "FailedPreStopHook", msg);
+                    }
                 }
             }
             let left = (grace - started.elapsed().as_secs() as i64).max(MIN_GRACE_SECONDS);
@@ -210,15 +243,6 @@ async fn kill_pod(
     for r in futures::future::join_all(stops).await {
         r?;
     }
-    for s in sandboxes {
-        for r in [k.runtime.stop_pod_sandbox(&s.id).await, k.runtime.remove_pod_sandbox(&s.id).await] {
-            match r {
-                Err(e) if e.code() != tonic::Code::NotFound => return Err(e),
-                _ => {}
-            }
-        }
-    }
-    tracing::info!(%uid, "pod's containers and sandboxes removed");
     Ok(())
 }
 
@@ -537,6 +561,30 @@ async fn sync_running(
         }
         return Ok(Next::After(resync));
     }
+    if let Err(rejection) = admit(k, uid, &pod, !sandboxes.is_empty()) {
+        reject(k, &pod, source, rejection).await;
+        return Ok(Next::After(resync));
+    }
+    // activeDeadlineSeconds, counted from the status's startTime: past it, the pod's
+    // containers are stopped and it fails for good.
+    let deadline_in = spec.active_deadline_seconds.and_then(|secs| {
+        let start = previous.as_ref()?.start_time.as_ref()?.0;
+        let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(start).as_secs();
+        Some(Duration::from_secs(secs.saturating_sub(elapsed).max(0) as u64))
+    });
+    if deadline_in == Some(Duration::ZERO) {
+        let (reason, message) = DEADLINE_EXCEEDED;
+        k.worker_state.evicted.lock().insert(uid.to_string(), DEADLINE_EXCEEDED);
+        event(k, &pod, Type::Normal, reason, message.into());
+        // Stopped, not removed: the containers' exit and logs stay, as for any failed pod
+        // (the terminal branch stops the sandbox on the next sync).
+        stop_containers(k, Some(&pod), &containers, None).await?;
+        let host_ip = k.node_facts.read().host_ip.clone();
+        let latest = sandboxes.iter().max_by_key(|s| s.created_at).map(|s| s.id.clone()).unwrap_or_default();
+        let recs = records(k, &latest, &containers).await?;
+        write_status(k, &pod, source, &recs, &HashMap::new(), false, &[], &host_ip).await;
+        return Ok(Next::After(resync));
+    }
 
     let mut views: HashMap<String, ContainerView> = HashMap::new();
     let host_ip = k.node_facts.read().host_ip.clone();
@@ -753,7 +801,8 @@ async fn sync_running(
             }
         }
     }
-    Ok(Next::After(wake_in))
+    // Wake at the deadline, whatever else sleeps longer.
+    Ok(Next::After(deadline_in.map_or(wake_in, |d| wake_in.min(d + Duration::from_millis(100)))))
 }
 
 struct StartEnv<'a> {
@@ -936,8 +985,14 @@ async fn start_container(
         .join("containers")
         .join(&c.name);
     let term_log = dir.join(format!("{:08x}", rand::random::<u32>()));
-    let term_log =
-        std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&term_log, b"")).ok().map(|_| term_log);
+    // World-writable, as upstream: the container may run as any user.
+    let term_log = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&term_log, b""))
+        .and_then(|_| {
+            std::fs::set_permissions(&term_log, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        })
+        .ok()
+        .map(|_| term_log);
     let kv: Vec<cri::KeyValue> =
         vars.iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }).collect();
     let mut cfg =
@@ -955,12 +1010,13 @@ async fn start_container(
     })?;
     event(k, pod, Type::Normal, "Started", format!("Started container {}", c.name));
     tracing::info!(pod = %full_name(pod), container = %c.name, attempt, "started container");
-    if let Some(cmd) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()).and_then(|h| h.exec.as_ref())
-    {
-        let r =
-            k.runtime.exec_sync(&id, cmd.command.clone().unwrap_or_default(), Duration::from_secs(30)).await;
-        if !matches!(&r, Ok(resp) if resp.exit_code == 0) {
-            event(k, pod, Type::Warning, "FailedPostStartHook", format!("PostStartHook failed: {r:?}"));
+    if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+        // Upstream bounds nothing but the exec's own timeout; a hook that never ends would
+        // hold this pod's worker, so it gets the termination grace period at most.
+        let budget = Duration::from_secs(grace_of(Some(pod), &[], None).max(MIN_GRACE_SECONDS) as u64);
+        let pod_ip = env.pod_ips.first().map(String::as_str).unwrap_or_default();
+        if let Err(msg) = crate::lifecycle::run(&k.runtime, &id, c, hook, pod_ip, budget).await {
+            event(k, pod, Type::Warning, "FailedPostStartHook", msg);
             let _ = k.runtime.stop_container(&id, grace_of(Some(pod), &[], None)).await;
         }
     }
@@ -970,6 +1026,75 @@ async fn start_container(
 /// Computes the status, keeps it, and writes it to the API pod (the mirror pod for a static
 /// pod) when it changed.
 #[allow(clippy::too_many_arguments)]
+/// Admits a new pod once, against the admitted pods that have not finished. A pod that has
+/// a sandbox already (found after a kubelet restart) is admitted as it is.
+fn admit(k: &Kubelet, uid: &str, pod: &Pod, has_sandbox: bool) -> Result<(), crate::admission::Rejection> {
+    let mut admitted = k.worker_state.admitted.lock();
+    if admitted.contains(uid) {
+        return Ok(());
+    }
+    if !has_sandbox {
+        let finished: std::collections::HashSet<String> = k
+            .statuses
+            .lock()
+            .iter()
+            .filter(|(_, s)| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")))
+            .map(|(u, _)| u.clone())
+            .collect();
+        let others: Vec<Pod> = admitted
+            .iter()
+            .filter(|u| !finished.contains(*u))
+            .filter_map(|u| k.pods.get(u).map(|(p, _)| p))
+            .collect();
+        crate::admission::admit(pod, &others)?;
+    }
+    admitted.insert(uid.to_string());
+    Ok(())
+}
+
+/// Fails a pod the node cannot run, for good, as upstream's `rejectPod`: a Warning event
+/// and a `Failed` status with the reason.
+async fn reject(k: &Kubelet, pod: &Pod, source: Source, r: crate::admission::Rejection) {
+    tracing::info!(pod = %full_name(pod), reason = r.reason, "pod rejected");
+    event(k, pod, Type::Warning, r.reason, r.message.clone());
+    let status = PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(r.reason.into()),
+        message: Some(format!("Pod was rejected: {}", r.message)),
+        ..Default::default()
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    k.statuses.lock().insert(uid.clone(), status.clone());
+    let target = match source {
+        Source::Api => Some(pod.clone()),
+        Source::File => k.pods.mirror_of(&full_name(pod)),
+    };
+    if let Some(target) = target {
+        patch_status(k, pod, &target, &uid, &status).await;
+    }
+}
+
+/// Writes `status` to the API object `target` (the pod, or a static pod's mirror) and
+/// remembers it as written.
+async fn patch_status(k: &Kubelet, pod: &Pod, target: &Pod, uid: &str, status: &PodStatus) {
+    let Some(client) = &k.client else { return };
+    let api: Api<Pod> = Api::namespaced(client.clone(), target.metadata.namespace.as_deref().unwrap_or(""));
+    let patch = serde_json::json!({ "status": status });
+    match api
+        .patch_status(
+            target.metadata.name.as_deref().unwrap_or(""),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            k.worker_state.written.lock().insert(uid.to_string(), status.clone());
+        }
+        Err(err) => tracing::warn!(pod = %full_name(pod), %err, "writing pod status"),
+    }
+}
+
 async fn write_status(
     k: &Kubelet,
     pod: &Pod,
@@ -987,7 +1112,7 @@ async fn write_status(
     };
     let previous =
         k.statuses.lock().get(&uid).cloned().or_else(|| target.as_ref().and_then(|t| t.status.clone()));
-    let status = crate::status::compute(&crate::status::Inputs {
+    let mut status = crate::status::compute(&crate::status::Inputs {
         pod,
         records: recs,
         views,
@@ -997,25 +1122,16 @@ async fn write_status(
         previous: previous.as_ref(),
         now: k8s_openapi::jiff::Timestamp::now(),
     });
+    if let Some((reason, message)) = k.worker_state.evicted.lock().get(&uid).copied() {
+        status.phase = Some("Failed".into());
+        status.reason = Some(reason.into());
+        status.message = Some(message.into());
+    }
     k.statuses.lock().insert(uid.clone(), status.clone());
-    let (Some(client), Some(target)) = (&k.client, target) else { return status };
+    let (Some(_), Some(target)) = (&k.client, target) else { return status };
     if k.worker_state.written.lock().get(&uid) == Some(&status) {
         return status;
     }
-    let api: Api<Pod> = Api::namespaced(client.clone(), target.metadata.namespace.as_deref().unwrap_or(""));
-    let patch = serde_json::json!({ "status": status });
-    match api
-        .patch_status(
-            target.metadata.name.as_deref().unwrap_or(""),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => {
-            k.worker_state.written.lock().insert(uid, status.clone());
-        }
-        Err(err) => tracing::warn!(pod = %full_name(pod), %err, "writing pod status"),
-    }
+    patch_status(k, pod, &target, &uid, &status).await;
     status
 }

@@ -26,12 +26,30 @@ pub async fn http_get(
     path: &str,
     headers: &[HTTPHeader],
 ) -> Result<(), String> {
+    let code = http_status(https, host, port, path, headers, USER_AGENT).await?;
+    if (200..400).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("HTTP probe failed with statuscode: {code}"))
+    }
+}
+
+/// One GET, answering the response's status code (lifecycle hooks use it too: they send
+/// their own `User-Agent` and do not judge the code).
+pub async fn http_status(
+    https: bool,
+    host: &str,
+    port: u16,
+    path: &str,
+    headers: &[HTTPHeader],
+    user_agent: &str,
+) -> Result<u16, String> {
     let scheme = if https { "https" } else { "http" };
     let url = format!("{scheme}://{}{path}", join_host_port(host, port));
     let fail = |e: &dyn std::fmt::Display| format!("Get \"{url}\": {e}");
     let tcp = TcpStream::connect((host, port)).await.map_err(|e| fail(&e))?;
-    let request = http_request(host, port, path, headers);
-    let code = if https {
+    let request = http_request(host, port, path, headers, user_agent);
+    if https {
         let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| fail(&e))?;
         let tls = tokio_rustls::TlsConnector::from(insecure_tls()?)
             .connect(name, tcp)
@@ -41,12 +59,7 @@ pub async fn http_get(
     } else {
         exchange(tcp, &request).await
     }
-    .map_err(|e| fail(&e))?;
-    if (200..400).contains(&code) {
-        Ok(())
-    } else {
-        Err(format!("HTTP probe failed with statuscode: {code}"))
-    }
+    .map_err(|e| fail(&e))
 }
 
 fn join_host_port(host: &str, port: u16) -> String {
@@ -55,14 +68,14 @@ fn join_host_port(host: &str, port: u16) -> String {
 
 /// The request head: the probe's headers win over the defaults (`Host`, `User-Agent`,
 /// `Accept`), as upstream lets them.
-fn http_request(host: &str, port: u16, path: &str, headers: &[HTTPHeader]) -> String {
+fn http_request(host: &str, port: u16, path: &str, headers: &[HTTPHeader], user_agent: &str) -> String {
     let has = |name: &str| headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
     let mut req = format!("GET {path} HTTP/1.1\r\n");
     if !has("host") {
         req.push_str(&format!("Host: {}\r\n", join_host_port(host, port)));
     }
     if !has("user-agent") {
-        req.push_str(&format!("User-Agent: {USER_AGENT}\r\n"));
+        req.push_str(&format!("User-Agent: {user_agent}\r\n"));
     }
     if !has("accept") {
         req.push_str("Accept: */*\r\n");

@@ -366,6 +366,29 @@ async fn container_logs(
 /// Sends the CRI log file's content (`<RFC3339Nano> <stream> <P|F> <text>` lines) as plain
 /// text, joining partial lines; with `follow`, keeps reading until the container has
 /// exited and the file stops growing, or the client goes away.
+/// Sends `text`, cut so that no more than `limit` bytes go out in all (`limitBytes`, which
+/// upstream applies to the bytes, not to whole lines). False once the limit is reached or
+/// the client is gone: the stream ends.
+async fn send_limited(
+    tx: &tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+    sent: &mut usize,
+    limit: Option<usize>,
+    text: String,
+) -> bool {
+    let mut bytes = Bytes::from(text);
+    if let Some(limit) = limit {
+        let left = limit.saturating_sub(*sent);
+        if bytes.len() > left {
+            bytes.truncate(left);
+        }
+    }
+    *sent += bytes.len();
+    if !bytes.is_empty() && tx.send(Ok(Frame::data(bytes))).await.is_err() {
+        return false;
+    }
+    limit.is_none_or(|l| *sent < l)
+}
+
 async fn stream_log(
     path: String,
     opts: LogOptions,
@@ -415,13 +438,7 @@ async fn stream_log(
         lines.drain(..skip);
     }
     for l in lines {
-        if let Some(limit) = opts.limit_bytes {
-            if sent >= limit {
-                return;
-            }
-        }
-        sent += l.len();
-        if tx.send(Ok(Frame::data(Bytes::from(l)))).await.is_err() {
+        if !send_limited(&tx, &mut sent, opts.limit_bytes, l).await {
             return;
         }
     }
@@ -433,7 +450,7 @@ async fn stream_log(
         let n = reader.read_line(&mut line).await.unwrap_or(0);
         if n > 0 && line.ends_with('\n') {
             if let Some(r) = render(line.trim_end_matches('\n')) {
-                if tx.send(Ok(Frame::data(Bytes::from(r)))).await.is_err() {
+                if !send_limited(&tx, &mut sent, opts.limit_bytes, r).await {
                     return;
                 }
             }

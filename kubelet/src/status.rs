@@ -93,27 +93,25 @@ fn termination_message(c: &Container, s: &cri::ContainerStatus) -> Option<String
 }
 
 /// The last lines of a CRI log file (`<time> <stream> <P|F> <text>` records) as the
-/// container wrote them, bounded as upstream bounds a fallback termination message.
+/// container wrote them, bounded as upstream bounds a fallback termination message. A last
+/// line the container left without a newline (`echo -n DONE`: a final `P` record) is kept
+/// as written, without one.
 fn log_tail(path: &str) -> Option<String> {
     let text = std::fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&text);
-    let mut lines: Vec<String> = Vec::new();
-    let mut partial = String::new();
+    let mut written = String::new();
     for record in text.lines() {
         let mut parts = record.splitn(4, ' ');
         let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        partial.push_str(parts.next().unwrap_or(""));
+        written.push_str(parts.next().unwrap_or(""));
         if tag != "P" {
-            lines.push(std::mem::take(&mut partial));
+            written.push('\n');
         }
     }
-    let start = lines.len().saturating_sub(FALLBACK_LOG_LINES);
-    let mut out = lines[start..].join("\n");
-    if !lines.is_empty() {
-        out.push('\n');
-    }
+    let lines: Vec<&str> = written.split_inclusive('\n').collect();
+    let mut out = lines[lines.len().saturating_sub(FALLBACK_LOG_LINES)..].concat();
     if out.len() > FALLBACK_LOG_BYTES {
         let mut cut = out.len() - FALLBACK_LOG_BYTES;
         while !out.is_char_boundary(cut) {
@@ -140,10 +138,14 @@ fn terminated(c: &Container, s: &cri::ContainerStatus) -> ContainerStateTerminat
     }
 }
 
+/// One container's status. `default_waiting` is the reason of a container the runtime has
+/// nothing for yet: upstream's `ContainerCreating`, or `PodInitializing` in a pod with init
+/// containers (for its init and regular containers alike).
 fn container_status(
     c: &Container,
     rec: Option<&ContainerRecord>,
     view: Option<&ContainerView>,
+    default_waiting: &str,
 ) -> ContainerStatus {
     let rec = rec.cloned().unwrap_or_default();
     let view = view.cloned().unwrap_or_default();
@@ -165,7 +167,7 @@ fn container_status(
             ContainerState { terminated: Some(terminated(c, s)), ..Default::default() }
         }
         _ => ContainerState {
-            waiting: Some(ContainerStateWaiting { reason: Some("ContainerCreating".into()), message: None }),
+            waiting: Some(ContainerStateWaiting { reason: Some(default_waiting.into()), message: None }),
             ..Default::default()
         },
     };
@@ -274,22 +276,33 @@ pub fn phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus]) -
 /// The API status for the pod as it stands.
 pub fn compute(i: &Inputs<'_>) -> PodStatus {
     let spec = i.pod.spec.clone().unwrap_or_default();
+    let default_waiting = if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
     let init: Vec<ContainerStatus> = spec
         .init_containers
         .iter()
         .flatten()
-        .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name)))
+        .map(|c| {
+            let mut s = container_status(c, i.records.get(&c.name), i.views.get(&c.name), default_waiting);
+            // An init container is ready once it has succeeded (upstream's prober manager).
+            s.ready =
+                s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_some_and(|t| t.exit_code == 0);
+            s
+        })
         .collect();
     let regular: Vec<ContainerStatus> = spec
         .containers
         .iter()
-        .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name)))
+        .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name), default_waiting))
         .collect();
     let phase = phase(i.pod, &init, &regular);
     let initialized = spec.init_containers.iter().flatten().all(|c| init_succeeded(i.records.get(&c.name)));
     let containers_ready = regular.iter().all(|s| s.ready);
     let prev_conditions = i.previous.and_then(|p| p.conditions.clone()).unwrap_or_default();
-    let cond = |type_: &str, ok: bool, reason: Option<&str>| {
+    let cond = |type_: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
         let status = if ok { "True" } else { "False" };
         let since = prev_conditions
             .iter()
@@ -301,28 +314,33 @@ pub fn compute(i: &Inputs<'_>) -> PodStatus {
             status: status.into(),
             last_transition_time: Some(since),
             reason: if ok { None } else { reason.map(String::from) },
+            message: if ok { None } else { message },
             ..Default::default()
         }
     };
     let terminal = phase == "Succeeded" || phase == "Failed";
+    // Upstream's condition messages name the containers holding the pod back, in spec
+    // order, as Go prints a []string.
+    let not_ready = |what: &str, ss: &[ContainerStatus]| {
+        let names: Vec<&str> = ss.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
+        (!names.is_empty()).then(|| format!("containers with {what} status: [{}]", names.join(" ")))
+    };
+    // A succeeded pod's containers are "completed", not unready; a failed one's are unready.
+    let (ready_reason, ready_message) = if phase == "Succeeded" {
+        ("PodCompleted", None)
+    } else {
+        ("ContainersNotReady", not_ready("unready", &regular))
+    };
     let mut conditions = vec![
-        cond("PodReadyToStartContainers", i.sandbox_ready && !terminal, None),
-        cond("Initialized", initialized, Some("ContainersNotInitialized")),
-        cond(
-            "Ready",
-            containers_ready && !terminal,
-            Some(if terminal { "PodCompleted" } else { "ContainersNotReady" }),
-        ),
-        cond(
-            "ContainersReady",
-            containers_ready && !terminal,
-            Some(if terminal { "PodCompleted" } else { "ContainersNotReady" }),
-        ),
+        cond("PodReadyToStartContainers", i.sandbox_ready && !terminal, None, None),
+        cond("Initialized", initialized, Some("ContainersNotInitialized"), not_ready("incomplete", &init)),
+        cond("Ready", containers_ready && !terminal, Some(ready_reason), ready_message.clone()),
+        cond("ContainersReady", containers_ready && !terminal, Some(ready_reason), ready_message),
     ];
     if let Some(sched) = prev_conditions.iter().find(|c| c.type_ == "PodScheduled") {
         conditions.push(sched.clone());
     } else {
-        conditions.push(cond("PodScheduled", true, None));
+        conditions.push(cond("PodScheduled", true, None, None));
     }
     let host_network = spec.host_network.unwrap_or(false);
     let ips: Vec<String> = if host_network { vec![i.host_ip.to_string()] } else { i.pod_ips.to_vec() };
@@ -400,12 +418,67 @@ mod tests {
         assert_eq!(termination_message(&c, &s), None);
         c.termination_message_policy = Some("FallbackToLogsOnError".into());
         assert_eq!(termination_message(&c, &s).as_deref(), Some("partial\nboom\n"));
+        // Output without a final newline stays as written (the conformance spec's
+        // `echo -n DONE; false` expects exactly "DONE").
+        std::fs::write(&log, "2026-01-01T00:00:00Z stdout P DONE\n").unwrap();
+        assert_eq!(termination_message(&c, &s).as_deref(), Some("DONE"));
+        let many: String = (0..100).map(|i| format!("2026-01-01T00:00:00Z stdout F {i}\n")).collect();
+        std::fs::write(&log, many + "2026-01-01T00:00:00Z stdout P end\n").unwrap();
+        let tail = termination_message(&c, &s).unwrap();
+        assert!(tail.starts_with("21\n") && tail.ends_with("99\nend"), "the last 80 lines: {tail}");
         // A success never falls back to the log.
         s.exit_code = 0;
         assert_eq!(termination_message(&c, &s), None);
         // The file wins, cut at 4096 bytes.
         std::fs::write(&file, "x".repeat(5000)).unwrap();
         assert_eq!(termination_message(&c, &s).map(|m| m.len()), Some(4096));
+    }
+
+    /// A container the runtime has nothing for waits as `ContainerCreating`, or as
+    /// `PodInitializing` while its pod has init containers (conformance: "should not start
+    /// app containers if init containers fail").
+    #[test]
+    fn waiting_reasons_before_the_first_start() {
+        let reason =
+            |s: &ContainerStatus| s.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.clone().unwrap();
+        let plain = status(&pod("Always"), ContainerRecord::default(), ContainerView::default());
+        assert_eq!(reason(&plain.container_statuses.unwrap()[0]), "ContainerCreating");
+        let mut with_init = pod("Always");
+        with_init.spec.as_mut().unwrap().init_containers =
+            Some(vec![serde_json::from_value(json!({"name": "c", "image": "i"})).unwrap()]);
+        // The init container "c" failed (its record is shared by name in this helper); the
+        // app container keeps waiting with upstream's reason.
+        with_init.spec.as_mut().unwrap().containers[0].name = "app".into();
+        let s = status(
+            &with_init,
+            ContainerRecord {
+                latest: Some(record(cri::ContainerState::ContainerExited, 1, 2)),
+                previous: None,
+            },
+            ContainerView {
+                waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+                ..Default::default()
+            },
+        );
+        assert_eq!(reason(&s.container_statuses.unwrap()[0]), "PodInitializing");
+        let conditions = s.conditions.clone().unwrap();
+        let message = |t: &str| conditions.iter().find(|c| c.type_ == t).and_then(|c| c.message.clone());
+        assert_eq!(message("Initialized").as_deref(), Some("containers with incomplete status: [c]"));
+        assert_eq!(message("Ready").as_deref(), Some("containers with unready status: [app]"));
+        assert_eq!(message("ContainersReady").as_deref(), Some("containers with unready status: [app]"));
+        assert_eq!(reason(&s.init_container_statuses.unwrap()[0]), "CrashLoopBackOff");
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // Once it has succeeded, the init container is ready (conformance: "should invoke
+        // init containers on a RestartAlways pod").
+        let s = status(
+            &with_init,
+            ContainerRecord {
+                latest: Some(record(cri::ContainerState::ContainerExited, 0, 0)),
+                previous: None,
+            },
+            ContainerView::default(),
+        );
+        assert!(s.init_container_statuses.unwrap()[0].ready);
     }
 
     #[test]

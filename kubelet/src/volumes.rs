@@ -79,8 +79,16 @@ fn setup_one(root: &Path, uid: &str, pod: &Pod, v: &Volume, src: &Sources<'_>) -
             let size = ed.size_limit.as_ref().and_then(|q| component_base::quantity::parse_value(&q.0));
             ensure_tmpfs(&dir, size)?;
         }
-        // World-writable, as upstream's emptyDir: any container user may use it.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(|e| e.to_string())?;
+        // World-writable, as upstream's emptyDir: any container user may use it. With a
+        // fsGroup, owned by that group and setgid, so that what containers create there
+        // belongs to it too (upstream's SetVolumeOwnership).
+        let mode = if let Some(gid) = fs_group(pod) {
+            std::os::unix::fs::chown(&dir, None, Some(gid)).map_err(|e| e.to_string())?;
+            0o2777
+        } else {
+            0o777
+        };
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())?;
         return Ok(dir);
     }
     let files: BTreeMap<String, (Vec<u8>, u32)>;
@@ -177,8 +185,46 @@ fn setup_one(root: &Path, uid: &str, pod: &Pod, v: &Volume, src: &Sources<'_>) -
     } else {
         return Err("unsupported volume type (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral)".into());
     }
+    let mut files = files;
+    let group = fs_group(pod);
+    if group.is_some() {
+        // Upstream's SetVolumeOwnership for read-only volumes: the group may read.
+        for (_, mode) in files.values_mut() {
+            *mode |= 0o440;
+        }
+    }
     write_atomic(&dir, &files)?;
+    if let Some(gid) = group {
+        own_by_group(&dir, gid).map_err(|e| format!("applying fsGroup {gid}: {e}"))?;
+    }
     Ok(dir)
+}
+
+/// The pod's `securityContext.fsGroup`, if any (a gid outside u32 is ignored).
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let g = pod.spec.as_ref()?.security_context.as_ref()?.fs_group?;
+    u32::try_from(g).ok()
+}
+
+/// Gives everything under `dir` (the volume directory itself included, symlinks not
+/// followed) to group `gid`; directories become setgid and group-searchable, as upstream's
+/// SetVolumeOwnership does. File modes were already widened by the caller.
+fn own_by_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::os::unix::fs::lchown(&d, None, Some(gid))?;
+        let mode = std::fs::metadata(&d)?.permissions().mode();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode((mode & 0o7777) | 0o2550))?;
+        for e in std::fs::read_dir(&d)?.flatten() {
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(e.path());
+            } else {
+                std::os::unix::fs::lchown(e.path(), None, Some(gid))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn project_keys(
@@ -475,6 +521,31 @@ fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fsGroup owns every file and directory of a volume, directories setgid (the
+    /// conformance specs "as non-root with defaultMode and fsGroup set" read 0440 files
+    /// as a user whose only way in is that group). Needs root, as the kubelet does.
+    #[test]
+    fn fs_group_owns_the_volume() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let files = BTreeMap::from([
+            ("a".to_string(), (b"1".to_vec(), 0o440)),
+            ("d/b".to_string(), (b"2".to_vec(), 0o400 | 0o440)),
+        ]);
+        write_atomic(dir, &files).unwrap();
+        own_by_group(dir, 4321).expect("chown (the kubelet's unit tests run as root)");
+        for f in ["a", "d/b"] {
+            let m = std::fs::metadata(dir.join(f)).unwrap();
+            assert_eq!((m.gid(), m.mode() & 0o777), (4321, 0o440), "{f}");
+        }
+        for d in [dir.to_path_buf(), dir.join("..data/d")] {
+            let m = std::fs::metadata(&d).unwrap();
+            assert_eq!(m.gid(), 4321, "{}", d.display());
+            assert_eq!(m.mode() & 0o2550, 0o2550, "setgid and group-searchable: {}", d.display());
+        }
+    }
 
     #[test]
     fn atomic_writer_swaps_data_and_links() {

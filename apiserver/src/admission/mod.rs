@@ -143,10 +143,15 @@ impl Chain {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
-    /// Runs every mutating pass, then every validating one.
-    pub async fn run(&self, attrs: &mut Attributes<'_>) -> ApiResult<()> {
+    /// Runs every mutating pass, then `between` on the mutated object (the registry's
+    /// defaulting and validation, which upstream runs between the two passes), then every
+    /// validating pass.
+    pub async fn run(&self, attrs: &mut Attributes<'_>, between: Between<'_>) -> ApiResult<()> {
         for p in &self.plugins {
             p.admit(attrs).await?;
+        }
+        if let Some(obj) = attrs.object.as_mut() {
+            between(obj)?;
         }
         for p in &self.plugins {
             p.validate(attrs).await?;
@@ -154,6 +159,9 @@ impl Chain {
         Ok(())
     }
 }
+
+/// What runs between the mutating and the validating passes (see [`Chain::run`]).
+pub type Between<'a> = &'a (dyn Fn(&mut Value) -> ApiResult<()> + Send + Sync);
 
 /// Admits a write of the current request (see [`crate::context`]); the object as the
 /// plugins left it. Without a request scope or a chain, the object passes unchanged.
@@ -168,8 +176,31 @@ pub async fn run(
     old_object: Option<&Value>,
     dry_run: bool,
 ) -> ApiResult<Option<Value>> {
-    let Some(scope) = crate::context::current() else { return Ok(object) };
-    let Some(chain) = scope.admission.clone() else { return Ok(object) };
+    run_checked(resource, operation, subresource, namespace, name, object, old_object, dry_run, &|_| Ok(()))
+        .await
+}
+
+/// [`run`], with `between` run on the object after the mutating pass. Without a request
+/// scope or a chain, `between` still runs: the object passes only if it holds.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_checked(
+    resource: &ResourceInfo,
+    operation: Operation,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+    name: &str,
+    mut object: Option<Value>,
+    old_object: Option<&Value>,
+    dry_run: bool,
+    between: Between<'_>,
+) -> ApiResult<Option<Value>> {
+    let chain = crate::context::current().and_then(|scope| scope.admission.clone().map(|c| (scope, c)));
+    let Some((scope, chain)) = chain else {
+        if let Some(obj) = object.as_mut() {
+            between(obj)?;
+        }
+        return Ok(object);
+    };
     let mut attrs = Attributes {
         operation,
         resource,
@@ -181,6 +212,6 @@ pub async fn run(
         user: &scope.user,
         dry_run,
     };
-    chain.run(&mut attrs).await?;
+    chain.run(&mut attrs, between).await?;
     Ok(attrs.object)
 }

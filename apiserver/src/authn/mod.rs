@@ -305,6 +305,34 @@ impl Authenticator {
     pub fn api_audiences(&self) -> &[String] {
         &self.api_audiences
     }
+
+    /// The service account issuer discovery documents for the first
+    /// `--service-account-issuer` and the verification keys, the JWKS URI defaulting to
+    /// this server's `external_address` (host:port). None, with the reason logged, when
+    /// discovery cannot be served: as upstream, the server still starts.
+    pub fn openid_metadata(
+        &self,
+        opts: &options::Options,
+        external_address: &str,
+    ) -> Option<serviceaccount::openid::OpenIdMetadata> {
+        let issuer = opts.service_account_issuers.first()?;
+        let keys = self.service_accounts.as_ref().map(|s| s.keys.as_slice()).unwrap_or_default();
+        match serviceaccount::openid::OpenIdMetadata::new(
+            issuer,
+            opts.service_account_jwks_uri.as_deref(),
+            external_address,
+            keys,
+        ) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not construct the ServiceAccountIssuerDiscovery documents: the endpoints are not served"
+                );
+                None
+            }
+        }
+    }
 }
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive); an empty

@@ -42,6 +42,12 @@ pub struct Options {
     /// all are used to determine which issuers are accepted.
     #[arg(long = "service-account-issuer")]
     pub service_account_issuers: Vec<String>,
+    /// Overrides the URI for the JSON Web Key Set in the discovery doc served at
+    /// /.well-known/openid-configuration. This flag is useful if the discovery doc and key set
+    /// are served to relying parties from a URL other than the API server's external (as
+    /// auto-detected or overridden with external-hostname).
+    #[arg(long)]
+    pub service_account_jwks_uri: Option<String>,
     /// Identifiers of the API. The service account token authenticator will validate that tokens used against
     /// the API are bound to at least one of these audiences. If the --service-account-issuer flag is
     /// configured and this flag is not, this field defaults to a single element list containing the issuer

@@ -65,6 +65,7 @@ fn setup() -> Setup {
         service_account_key_files: Vec::new(),
         service_account_signing_key_file: Some(key),
         service_account_issuers: vec![ISS.into()],
+        service_account_jwks_uri: None,
         api_audiences: Vec::new(),
         service_account_max_token_expiration: std::time::Duration::ZERO,
         service_account_lookup: true,

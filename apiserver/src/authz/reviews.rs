@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::{Attributes, Chain};
 use crate::authn::User;
 use crate::errors::{ApiError, ApiResult, FieldError};
-use crate::handlers::codec::{self, Output};
+use crate::handlers::codec;
 use crate::handlers::request::RequestInfo;
 use crate::handlers::{BoxBody, full};
 
@@ -50,12 +50,11 @@ pub async fn serve(
             info.verb
         )));
     }
-    let output = codec::negotiate(req.headers())?;
+    let output = codec::negotiate_untabled(req.headers())?;
     let (headers, body) = crate::handlers::body_of(req).await?;
     let obj = codec::decode(&headers, &body)?;
     let user = crate::context::current().map(|s| s.user.clone()).unwrap_or_default();
     let answer = review(chain, kind, info.namespace.as_deref(), &user, obj).await?;
-    let output = if output == Output::Table { Output::Json } else { output };
     let (ct, bytes) = codec::encode(&answer, output);
     Ok(full(StatusCode::CREATED, ct, bytes))
 }
@@ -130,6 +129,9 @@ fn metadata_empty(obj: &Value, allow_namespace: bool) -> bool {
                 || v.as_object().is_some_and(|o| o.is_empty())
                 || v.as_array().is_some_and(|a| a.is_empty())
                 || v.as_str() == Some("")
+                // Go's zero values, as a protobuf body decodes them (`generation: 0`).
+                || v.as_i64() == Some(0)
+                || v.as_bool() == Some(false)
         })
     })
 }
@@ -355,6 +357,19 @@ mod tests {
         let sar = json!({ "spec": { "user": "jane", "resourceAttributes": { "namespace": "prod", "verb": "get", "resource": "pods" } } });
         let out = review(&c, "SubjectAccessReview", None, &nobody, sar).await.unwrap();
         assert_eq!(out["status"], json!({ "allowed": false }));
+        // Metadata of Go's zero values (a protobuf body decodes `generation: 0`) is empty;
+        // a name is not.
+        let zero = json!({ "metadata": { "creationTimestamp": null, "generation": 0 },
+            "spec": { "user": "jane", "resourceAttributes": { "verb": "get", "resource": "pods" } } });
+        review(&c, "SubjectAccessReview", None, &nobody, zero.clone()).await.unwrap();
+        let mut named = zero;
+        named["metadata"]["name"] = json!("x");
+        let err = review(&c, "SubjectAccessReview", None, &nobody, named).await.unwrap_err();
+        assert!(
+            err.message.contains("metadata: Invalid value") && err.message.contains("must be empty"),
+            "{}",
+            err.message
+        );
         let err = review(
             &c,
             "SubjectAccessReview",

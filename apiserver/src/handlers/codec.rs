@@ -56,12 +56,26 @@ pub fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
 
 /// Picks the response format from Accept, in the client's order of preference.
 pub fn negotiate(headers: &HeaderMap) -> ApiResult<Output> {
+    negotiate_with(headers, true)
+}
+
+/// [`negotiate`] for an endpoint that has no Table form (upstream: no `TableConvertor`,
+/// as the review kinds): an `as=Table` offer is passed over like any other unsupported
+/// one, so the client's next offer is used, or the answer is 406.
+pub fn negotiate_untabled(headers: &HeaderMap) -> ApiResult<Output> {
+    negotiate_with(headers, false)
+}
+
+fn negotiate_with(headers: &HeaderMap, tables: bool) -> ApiResult<Output> {
     let accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(JSON);
     for part in accept.split(',') {
         let part = part.trim();
         let mt = media_type(part);
         let params: Vec<&str> = part.split(';').skip(1).map(str::trim).collect();
         let as_table = params.contains(&"as=Table");
+        if as_table && !tables {
+            continue;
+        }
         match mt {
             JSON if as_table => return Ok(Output::Table),
             JSON | "application/*" | "*/*" | "" => {
@@ -126,5 +140,17 @@ mod tests {
             accept("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"),
             Output::Json
         );
+        // Without a Table form: the next offer, else 406 (conformance: "should return a 406
+        // for a backend which does not implement metadata").
+        let untabled = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::ACCEPT, v.parse().unwrap());
+            negotiate_untabled(&h)
+        };
+        assert_eq!(
+            untabled("application/json;as=Table;v=v1;g=meta.k8s.io,application/json").unwrap(),
+            Output::Json
+        );
+        assert_eq!(untabled("application/json;as=Table;v=v1;g=meta.k8s.io").unwrap_err().code, 406);
     }
 }

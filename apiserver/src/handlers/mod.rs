@@ -65,6 +65,8 @@ pub struct Api {
     pub audit: Option<Arc<crate::audit::Auditor>>,
     /// Connections to the kubelets (logs, exec, attach, port-forward, `nodes/proxy`).
     pub kubelet: Arc<crate::kubelet_client::KubeletClient>,
+    /// Service account issuer discovery; None when it is not served.
+    pub openid: Option<crate::authn::serviceaccount::openid::OpenIdMetadata>,
 }
 
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
@@ -168,9 +170,8 @@ pub async fn check_fields(
     }
     openapi.rendered().await;
     let info = &store.res.info;
-    let duplicates = crate::field_validation::duplicate_fields(body);
     let meta = openapi.patch_meta(info.group, info.version, info.kind);
-    fv.check_with_duplicates(meta, info.kind, info.version, obj, &duplicates)
+    fv.check_body(meta, info.kind, info.version, obj, body)
 }
 
 /// The field manager of a write: `fieldManager`, else the client's program name.
@@ -515,6 +516,20 @@ impl Api {
         }
         if path.starts_with("/openapi/") {
             return self.openapi.respond_to(&req);
+        }
+        if let Some(m) = &self.openid {
+            use crate::authn::serviceaccount::openid;
+            let doc = match path.as_str() {
+                openid::CONFIGURATION_PATH => Some((codec::JSON, m.configuration.clone())),
+                openid::JWKS_PATH => Some((openid::JWKS_CONTENT_TYPE, m.jwks.clone())),
+                _ => None,
+            };
+            if let Some((content_type, body)) = doc {
+                let mut resp = full(StatusCode::OK, content_type, body);
+                resp.headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static(openid::CACHE_CONTROL));
+                return Ok(resp);
+            }
         }
         crate::discovery::respond(&self.registry, &path, &accept).ok_or_else(|| ApiError::no_route(&path))
     }

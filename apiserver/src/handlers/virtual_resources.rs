@@ -49,7 +49,7 @@ async fn create_only(
     answer: impl FnOnce(Value) -> ApiResult<Value>,
 ) -> ApiResult<Response<BoxBody>> {
     let path = req.uri().path().to_string();
-    let output = codec::negotiate(req.headers());
+    let output = codec::negotiate_untabled(req.headers());
     let (headers, body) = super::body_of(req).await?;
     if info.namespace.is_some() || info.name.is_some() {
         return Err(ApiError::no_route(&path));
@@ -59,10 +59,7 @@ async fn create_only(
             "the server does not allow this method on the requested resource",
         ));
     }
-    let output = match output? {
-        Output::Table => Output::Json,
-        o => o,
-    };
+    let output = output?;
     let out = answer(codec::decode(&headers, &body)?)?;
     let (ct, bytes) = codec::encode(&out, output);
     Ok(super::full(StatusCode::CREATED, ct, bytes))

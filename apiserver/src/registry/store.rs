@@ -426,8 +426,9 @@ impl Store {
         Ok((events, Some(id)))
     }
 
-    /// Runs the checks and defaults a create makes, without storing: the object as it
-    /// would be stored.
+    /// Fills in and defaults what a create sets, without storing. Validation comes in
+    /// [`Store::admit`], after the mutating admission plugins (as upstream: the
+    /// ServiceAccount plugin sets the `serviceAccountName` a projected token needs).
     pub fn prepare_create(&self, ns: Option<&str>, obj: Value) -> ApiResult<Value> {
         let mut obj = (self.res.normalize)(obj)?;
         self.res.hooks.convert_in(&mut obj);
@@ -461,12 +462,6 @@ impl Store {
         }
         self.res.hooks.prepare_for_create(&mut obj);
         self.res.hooks.default(&mut obj);
-        let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
-        errs.extend(self.res.hooks.validate(&obj));
-        errs.extend(self.res.hooks.validate_create(&obj));
-        if !errs.is_empty() {
-            return Err(self.invalid(name_of(&obj), &errs));
-        }
         Ok(obj)
     }
 
@@ -626,13 +621,35 @@ impl Store {
         if subresource.is_none() {
             crate::authz::escalation::check(&self.res.info, op, &obj, old).await?;
         }
-        if crate::context::current().is_none_or(|s| s.admission.is_none()) {
-            return Ok(obj);
-        }
         let ns = meta(&obj)["namespace"].as_str().map(str::to_string);
         let name = name_of(&obj).to_string();
         let before = obj.clone();
-        let mut obj = crate::admission::run(
+        // Between the mutating and the validating plugins: a create is validated (its
+        // first validation), an update only when a plugin changed it (prepare_update
+        // validated what the client sent).
+        let check = |obj: &mut Value| -> ApiResult<()> {
+            let changed = *obj != before;
+            if !changed && op != Operation::Create {
+                return Ok(());
+            }
+            if changed {
+                self.res.hooks.default(obj);
+            }
+            let mut errs = validation::object_meta(obj, self.info().namespaced, self.res.hooks.name_rule());
+            errs.extend(self.res.hooks.validate(obj));
+            if op == Operation::Create {
+                errs.extend(self.res.hooks.validate_create(obj));
+            }
+            if let Some(old) = old {
+                errs.extend(validation::object_meta_update(obj, old));
+                errs.extend(self.res.hooks.validate_update(obj, old));
+                if let Some(sub) = subresource {
+                    errs.extend(self.res.hooks.validate_subresource_update(sub, obj, old));
+                }
+            }
+            if errs.is_empty() { Ok(()) } else { Err(self.invalid(&name, &errs)) }
+        };
+        let admitted = crate::admission::run_checked(
             &self.res.info,
             op,
             subresource,
@@ -641,28 +658,10 @@ impl Store {
             Some(obj),
             old,
             dry_run,
+            &check,
         )
-        .await?
-        .unwrap_or(before.clone());
-        if obj != before {
-            self.res.hooks.default(&mut obj);
-            let mut errs = validation::object_meta(&obj, self.info().namespaced, self.res.hooks.name_rule());
-            errs.extend(self.res.hooks.validate(&obj));
-            if op == Operation::Create {
-                errs.extend(self.res.hooks.validate_create(&obj));
-            }
-            if let Some(old) = old {
-                errs.extend(validation::object_meta_update(&obj, old));
-                errs.extend(self.res.hooks.validate_update(&obj, old));
-                if let Some(sub) = subresource {
-                    errs.extend(self.res.hooks.validate_subresource_update(sub, &obj, old));
-                }
-            }
-            if !errs.is_empty() {
-                return Err(self.invalid(&name, &errs));
-            }
-        }
-        Ok(obj)
+        .await?;
+        Ok(admitted.unwrap_or(before))
     }
 
     /// Stores an updated object guarded by the revision it was based on. An object being
@@ -769,6 +768,10 @@ impl Store {
             }
             let grace = match opts.grace_period {
                 _ if self.res.hooks.delete_at_once(&obj) => None,
+                // Only kinds with graceful deletion (pods) keep an object for a grace
+                // period; any other goes at once whatever period the delete asked for,
+                // as upstream's BeforeDelete for strategies that are not graceful.
+                _ if self.res.hooks.default_grace_period(&obj).is_none() => None,
                 Some(g) => (g > 0).then_some(g),
                 None => self.res.hooks.default_grace_period(&obj),
             };

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use component_base::quantity::{format_milli, is_binary, parse_milli};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota,
     ResourceQuotaStatus, Secret, Service,
@@ -29,9 +31,37 @@ struct Informers {
     configmaps: Arc<Informer<ConfigMap>>,
     secrets: Arc<Informer<Secret>>,
     rcs: Arc<Informer<ReplicationController>>,
+    /// `count/<resource>.<group>` of workload kinds, from the informers their controllers
+    /// share, so that deleting one gives its count back at once (the conformance spec
+    /// "capture the life of a replica set" waits for that).
+    object_counts: Vec<ObjectCount>,
     /// Live counts of resources without an informer here, by `(namespace, key)`, so that a
     /// burst of pod events does not turn into a burst of discovery and LIST requests.
     counted: parking_lot::Mutex<std::collections::HashMap<(String, String), (tokio::time::Instant, i64)>>,
+}
+
+/// A quota key and how many objects of its kind a namespace holds.
+type ObjectCount = (&'static str, Box<dyn Fn(&str) -> usize + Send + Sync>);
+
+/// An [`ObjectCount`] from the shared informer of `K`, whose deletes re-check the quotas.
+fn object_count<K>(
+    f: &crate::informers::Factory,
+    key: &'static str,
+    quotas: &Arc<Informer<ResourceQuota>>,
+    queue: &Arc<crate::workqueue::Queue>,
+) -> ObjectCount
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let informer: Arc<Informer<K>> = f.get();
+    on_change(&informer, quotas, queue, |_, _| false);
+    (key, Box::new(move |ns| informer.list_namespace(ns).len()))
 }
 
 /// How long a live count of `count/<resource>.<group>` is reused.
@@ -67,17 +97,27 @@ fn on_change<K>(
 
 pub fn start(ctx: &Context) -> Result<(), Error> {
     let f = &ctx.informers;
+    let quotas: Arc<Informer<ResourceQuota>> = f.get();
+    let queue = ctx.queue("resourcequota_primary");
+    let object_counts = vec![
+        object_count::<ReplicaSet>(f, "count/replicasets.apps", &quotas, &queue),
+        object_count::<Deployment>(f, "count/deployments.apps", &quotas, &queue),
+        object_count::<StatefulSet>(f, "count/statefulsets.apps", &quotas, &queue),
+        object_count::<DaemonSet>(f, "count/daemonsets.apps", &quotas, &queue),
+        object_count::<Job>(f, "count/jobs.batch", &quotas, &queue),
+        object_count::<CronJob>(f, "count/cronjobs.batch", &quotas, &queue),
+    ];
     let inf = Arc::new(Informers {
-        quotas: f.get(),
+        quotas,
         pods: f.get(),
         services: f.get(),
         claims: f.get(),
         configmaps: f.get(),
         secrets: f.get(),
         rcs: f.get(),
+        object_counts,
         counted: Default::default(),
     });
-    let queue = ctx.queue("resourcequota_primary");
     {
         let queue = queue.clone();
         let quotas = Arc::downgrade(&inf.quotas);
@@ -377,6 +417,9 @@ fn compute(inf: &Informers, quota: &ResourceQuota, ns: &str) -> Usage {
         count_usage(&mut usage, "secrets", inf.secrets.list_namespace(ns).len());
         count_usage(&mut usage, "replicationcontrollers", inf.rcs.list_namespace(ns).len());
         count_usage(&mut usage, "resourcequotas", inf.quotas.list_namespace(ns).len());
+        for (key, count) in &inf.object_counts {
+            add(&mut usage, key, count(ns) as i64 * 1000);
+        }
     }
     usage
 }

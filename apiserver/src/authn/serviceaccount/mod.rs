@@ -5,6 +5,7 @@
 //! - [`jwt`]: signing, parsing and verifying compact JWS tokens.
 //! - [`claims`]: bound and legacy token claims and their validation.
 //! - [`token_request`]: the `serviceaccounts/token` subresource (TokenRequest API).
+//! - [`openid`]: service account issuer discovery (`/.well-known/openid-configuration`).
 //!
 //! [`TokenAuthenticator`] accepts bound tokens of any `--service-account-issuer` and
 //! legacy tokens (issuer `kubernetes/serviceaccount`); [`Issuer`] signs new tokens with
@@ -13,6 +14,7 @@
 pub mod claims;
 pub mod jwt;
 pub use component_base::keyutil as keys;
+pub mod openid;
 pub mod token_request;
 
 use std::sync::Arc;
