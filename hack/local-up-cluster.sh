@@ -16,6 +16,8 @@
 #   ETCD_HOST         address etcd listens on (default 127.0.0.1)
 #   ETCD_PORT         etcd client port (default 2379); ETCD_PEER_PORT (2380)
 #   ETCD_METRICS_PORT etcd metrics port (default 2381)
+#   ETCD_MEMBERS      etcd members (default 1); member m > 1 listens on the three ports plus
+#                     10000 * (m - 1), and the API server is given every member
 #   API_HOST          address kube-apiserver is reached at (default 127.0.0.1). When it is a
 #                     loopback address the API server listens on every address (upstream's
 #                     default --bind-address 0.0.0.0) and advertises API_ADVERTISE_ADDRESS
@@ -50,6 +52,21 @@
 #   CARGO_TARGET_DIR  build directory (default /var/tmp/k8s-rs-target)
 #   LOCAL_UP_BIN_DIR  run the binaries in this directory instead of building (e.g. a copy
 #                     kept stable while the tree changes, as hack/conformance.sh can use)
+#   ETCD_BIN, KUBE_APISERVER_BIN, KUBE_SCHEDULER_BIN, KUBE_CONTROLLER_MANAGER_BIN, KUBELET_BIN,
+#   KUBE_PROXY_BIN    run this binary for that component instead of ours, e.g. upstream's
+#                     (hack/interop.sh runs mixed clusters this way; the flags given are
+#                     upstream's, so either takes them)
+#   KUBELET_TLS_BOOTSTRAP  true: every kubelet joins by bootstrap token with TLS bootstrap (as
+#                     kubeadm join): the API server gets --enable-bootstrap-token-auth, a
+#                     token and kubeadm's RBAC bindings are made, and each kubelet starts with
+#                     --bootstrap-kubeconfig and asks for its client certificate by CSR. Needs a
+#                     kubelet that does TLS bootstrap (upstream's; ours does not yet) and a
+#                     kubernetes.io/kube-apiserver-client-kubelet signer whose CA the API server
+#                     trusts: the controller manager with --cluster-signing-cert-file/-key-file
+#                     and the API server with --client-ca-file of that CA (the *_EXTRA_ARGS)
+#   ETCD_EXTRA_ARGS, KUBE_APISERVER_EXTRA_ARGS, KUBE_SCHEDULER_EXTRA_ARGS,
+#   KUBE_CONTROLLER_MANAGER_EXTRA_ARGS, KUBELET_EXTRA_ARGS, KUBE_PROXY_EXTRA_ARGS
+#                     more flags for that component (split on white space)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -59,6 +76,8 @@ ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
 ETCD_PORT="${ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-2380}"
 ETCD_METRICS_PORT="${ETCD_METRICS_PORT:-2381}"
+ETCD_MEMBERS="${ETCD_MEMBERS:-1}"
+[[ "$ETCD_MEMBERS" =~ ^[1-9]$ ]] || { echo "local-up-cluster: ETCD_MEMBERS must be 1..9, got '$ETCD_MEMBERS'" >&2; exit 1; }
 NODES="${NODES:-1}"
 NODE_NET_PREFIX="${NODE_NET_PREFIX:-10.89.0}"
 [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || { echo "local-up-cluster: NODES must be 1..99, got '$NODES'" >&2; exit 1; }
@@ -98,6 +117,21 @@ if [[ "$ENABLE_CLUSTER_DNS" == true && -z "$KUBE_PROXY_MODE" ]]; then
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BIN="${LOCAL_UP_BIN_DIR:-$CARGO_TARGET_DIR/release}"
+ETCD_BIN="${ETCD_BIN:-$BIN/etcd}"
+KUBE_APISERVER_BIN="${KUBE_APISERVER_BIN:-$BIN/kube-apiserver}"
+KUBE_SCHEDULER_BIN="${KUBE_SCHEDULER_BIN:-$BIN/kube-scheduler}"
+KUBE_CONTROLLER_MANAGER_BIN="${KUBE_CONTROLLER_MANAGER_BIN:-$BIN/kube-controller-manager}"
+KUBELET_BIN="${KUBELET_BIN:-$BIN/kubelet}"
+KUBE_PROXY_BIN="${KUBE_PROXY_BIN:-$BIN/kube-proxy}"
+# Word-split on purpose: each holds zero or more flags without spaces in them.
+read -r -a ETCD_EXTRA <<<"${ETCD_EXTRA_ARGS:-}"
+read -r -a KUBE_APISERVER_EXTRA <<<"${KUBE_APISERVER_EXTRA_ARGS:-}"
+read -r -a KUBE_SCHEDULER_EXTRA <<<"${KUBE_SCHEDULER_EXTRA_ARGS:-}"
+read -r -a KUBE_CONTROLLER_MANAGER_EXTRA <<<"${KUBE_CONTROLLER_MANAGER_EXTRA_ARGS:-}"
+read -r -a KUBELET_EXTRA <<<"${KUBELET_EXTRA_ARGS:-}"
+read -r -a KUBE_PROXY_EXTRA <<<"${KUBE_PROXY_EXTRA_ARGS:-}"
+KUBELET_TLS_BOOTSTRAP="${KUBELET_TLS_BOOTSTRAP:-false}"
+[[ "$KUBELET_TLS_BOOTSTRAP" == true ]] && KUBE_APISERVER_EXTRA+=(--enable-bootstrap-token-auth)
 
 PIDS=()
 # containerd's PID -> its socket: before a containerd stops, its pods' containers are killed.
@@ -219,20 +253,34 @@ for _ in $(seq 1 300); do
 done
 hack/build-images.sh --address "$CTRD_SOCK"
 
-ETCD_CLIENT_URL="http://${ETCD_HOST}:${ETCD_PORT}"
-ETCD_PEER_URL="http://${ETCD_HOST}:${ETCD_PEER_PORT}"
-"$BIN/etcd" \
-  --name local-up \
-  --data-dir "$LOCAL_UP_DIR/etcd" \
-  --listen-client-urls "$ETCD_CLIENT_URL" \
-  --advertise-client-urls "$ETCD_CLIENT_URL" \
-  --listen-peer-urls "$ETCD_PEER_URL" \
-  --initial-advertise-peer-urls "$ETCD_PEER_URL" \
-  --initial-cluster "local-up=$ETCD_PEER_URL" \
-  --listen-metrics-urls "http://${ETCD_HOST}:${ETCD_METRICS_PORT}" \
-  >"$LOCAL_UP_DIR/logs/etcd.log" 2>&1 &
-PIDS+=($!)
-wait_up etcd "$ETCD_CLIENT_URL/health"
+# etcd: one member, or ETCD_MEMBERS of them; member m > 1 on the ports plus 10000 * (m - 1).
+etcd_port() { echo $(($1 + 10000 * ($2 - 1))); }
+ETCD_INITIAL_CLUSTER="local-up=http://${ETCD_HOST}:${ETCD_PEER_PORT}"
+ETCD_CLIENT_URLS="http://${ETCD_HOST}:${ETCD_PORT}"
+for ((m = 2; m <= ETCD_MEMBERS; m++)); do
+  ETCD_INITIAL_CLUSTER+=",local-up-$m=http://${ETCD_HOST}:$(etcd_port "$ETCD_PEER_PORT" "$m")"
+  ETCD_CLIENT_URLS+=",http://${ETCD_HOST}:$(etcd_port "$ETCD_PORT" "$m")"
+done
+for ((m = 1; m <= ETCD_MEMBERS; m++)); do
+  name=local-up data="$LOCAL_UP_DIR/etcd" log="$LOCAL_UP_DIR/logs/etcd.log"
+  ((m == 1)) || name="local-up-$m" data="$LOCAL_UP_DIR/etcd-$m" log="$LOCAL_UP_DIR/logs/etcd-$m.log"
+  client="http://${ETCD_HOST}:$(etcd_port "$ETCD_PORT" "$m")"
+  peer="http://${ETCD_HOST}:$(etcd_port "$ETCD_PEER_PORT" "$m")"
+  "$ETCD_BIN" \
+    --name "$name" \
+    --data-dir "$data" \
+    --listen-client-urls "$client" \
+    --advertise-client-urls "$client" \
+    --listen-peer-urls "$peer" \
+    --initial-advertise-peer-urls "$peer" \
+    --initial-cluster "$ETCD_INITIAL_CLUSTER" \
+    --listen-metrics-urls "http://${ETCD_HOST}:$(etcd_port "$ETCD_METRICS_PORT" "$m")" \
+    "${ETCD_EXTRA[@]}" \
+    >"$log" 2>&1 &
+  PIDS+=($!)
+done
+# A member is healthy once the cluster has a leader: wait for the last one started.
+wait_up etcd "http://${ETCD_HOST}:$(etcd_port "$ETCD_PORT" "$ETCD_MEMBERS")/health"
 
 # kube-apiserver with Node,RBAC authorization as upstream's script runs it. Static tokens
 # name the admin (system:masters), the scheduler and the controller manager; service
@@ -278,8 +326,8 @@ if [[ ! -s "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" ]]; then
   chmod 600 "$LOCAL_UP_DIR"/certs/*.key
 fi
 [[ -n "$API_LO_ADDRESS" ]] && ip addr replace "$API_LO_ADDRESS/32" dev lo
-"$BIN/kube-apiserver" \
-  --etcd-servers="$ETCD_CLIENT_URL" \
+"$KUBE_APISERVER_BIN" \
+  --etcd-servers="$ETCD_CLIENT_URLS" \
   --bind-address="$API_BIND_ADDRESS" \
   --advertise-address="$API_ADVERTISE_ADDRESS" \
   --secure-port="$API_SECURE_PORT" \
@@ -294,6 +342,7 @@ fi
   --kubelet-client-certificate="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" \
   --kubelet-client-key="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
+  "${KUBE_APISERVER_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
 API_URL="https://${API_HOST}:${API_SECURE_PORT}"
@@ -326,12 +375,74 @@ kubeconfig controller system:kube-controller-manager
 kubeconfig kubelet "system:node:$HOSTNAME_OVERRIDE"
 kubeconfig kube-proxy system:kube-proxy
 
+# TLS bootstrap as kubeadm sets it up: a bootstrap token (a Secret in kube-system), the
+# bootstrappers allowed to create CSRs and have node client CSRs auto-approved, nodes allowed
+# to renew their own, and a kubeconfig holding only the token.
+if [[ "$KUBELET_TLS_BOOTSTRAP" == true ]]; then
+  BOOTSTRAP_ID="$(head -c 3 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  BOOTSTRAP_SECRET="$(new_token | cut -c1-16)"
+  KUBECONFIG="$LOCAL_UP_DIR/admin.kubeconfig" kubectl apply -f - >/dev/null <<BOOTSTRAP
+apiVersion: v1
+kind: Secret
+metadata: {name: bootstrap-token-$BOOTSTRAP_ID, namespace: kube-system}
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: "$BOOTSTRAP_ID"
+  token-secret: "$BOOTSTRAP_SECRET"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: system:bootstrappers:kubeadm:default-node-token
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kubeadm:kubelet-bootstrap}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-bootstrapper}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers:kubeadm:default-node-token}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kubeadm:node-autoapprove-bootstrap}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:certificates.k8s.io:certificatesigningrequests:nodeclient}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers:kubeadm:default-node-token}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kubeadm:node-autoapprove-certificate-rotation}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:nodes}]
+BOOTSTRAP
+  cat >"$LOCAL_UP_DIR/bootstrap.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local-up-cluster
+  cluster: {server: "$API_URL", certificate-authority: "$LOCAL_UP_DIR/certs/apiserver.crt"}
+users:
+- name: tls-bootstrap-token-user
+  user: {token: "$BOOTSTRAP_ID.$BOOTSTRAP_SECRET"}
+contexts:
+- name: local-up-cluster
+  context: {cluster: local-up-cluster, user: tls-bootstrap-token-user}
+current-context: local-up-cluster
+KUBECONFIG
+fi
+# kubelet_identity KUBECONFIG DIR: the kubelet's credentials flags: the node's token
+# kubeconfig, or with TLS bootstrap the bootstrap kubeconfig and where the certificate goes.
+kubelet_identity() {
+  if [[ "$KUBELET_TLS_BOOTSTRAP" == true ]]; then
+    echo "--bootstrap-kubeconfig=$LOCAL_UP_DIR/bootstrap.kubeconfig --kubeconfig=$2/kubelet/bootstrapped.kubeconfig --cert-dir=$2/kubelet/pki"
+  else
+    echo "--kubeconfig=$1"
+  fi
+}
+
 # kube-scheduler, as system:kube-scheduler (the bootstrap RBAC policy's scheduler roles).
-"$BIN/kube-scheduler" \
+"$KUBE_SCHEDULER_BIN" \
   --kubeconfig="$LOCAL_UP_DIR/scheduler.kubeconfig" \
   --bind-address="$SCHEDULER_HOST" \
   --secure-port="$SCHEDULER_SECURE_PORT" \
   --cert-dir="$LOCAL_UP_DIR/certs" \
+  "${KUBE_SCHEDULER_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kube-scheduler.log" 2>&1 &
 PIDS+=($!)
 # Its serving certificate is self-signed in --cert-dir, with no CA of its own to trust.
@@ -341,7 +452,7 @@ wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healt
 # kube-system service account's token (--use-service-account-credentials, as upstream's
 # script); it publishes the API server's CA to every namespace and allocates node pod CIDRs
 # from $CLUSTER_CIDR.
-"$BIN/kube-controller-manager" \
+"$KUBE_CONTROLLER_MANAGER_BIN" \
   --kubeconfig="$LOCAL_UP_DIR/controller.kubeconfig" \
   --use-service-account-credentials=true \
   --bind-address="$CONTROLLER_MANAGER_HOST" \
@@ -351,6 +462,7 @@ wait_up kube-scheduler "https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/healt
   --allocate-node-cidrs=true \
   --cluster-cidr="$CLUSTER_CIDR" \
   --service-cluster-ip-range="$SERVICE_CLUSTER_IP_RANGE" \
+  "${KUBE_CONTROLLER_MANAGER_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kube-controller-manager.log" 2>&1 &
 PIDS+=($!)
 wait_up kube-controller-manager "https://${CONTROLLER_MANAGER_HOST}:${CONTROLLER_MANAGER_SECURE_PORT}/healthz" --insecure
@@ -390,12 +502,14 @@ authorization:
 KUBELET
 }
 write_kubelet_config "$LOCAL_UP_DIR/kubelet-config.yaml" "$LOCAL_UP_DIR" "$CTRD_SOCK" "$KUBELET_HOST" /
-"$BIN/kubelet" \
-  --kubeconfig="$LOCAL_UP_DIR/kubelet.kubeconfig" \
+# shellcheck disable=SC2046 # the identity flags hold no spaces
+"$KUBELET_BIN" \
+  $(kubelet_identity "$LOCAL_UP_DIR/kubelet.kubeconfig" "$LOCAL_UP_DIR") \
   --config="$LOCAL_UP_DIR/kubelet-config.yaml" \
   --hostname-override="$HOSTNAME_OVERRIDE" \
   --node-ip="$KUBELET_HOST" \
   --root-dir="$LOCAL_UP_DIR/kubelet" \
+  "${KUBELET_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kubelet.log" 2>&1 &
 PIDS+=($!)
 wait_up kubelet "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
@@ -428,11 +542,12 @@ start_kube_proxy() {
   local name=$1 log=$2
   shift 2
   [[ -n "$KUBE_PROXY_MODE" ]] || return 0
-  "$@" "$BIN/kube-proxy" \
+  "$@" "$KUBE_PROXY_BIN" \
     --kubeconfig="$LOCAL_UP_DIR/kube-proxy.kubeconfig" \
     --proxy-mode="$KUBE_PROXY_MODE" \
     --hostname-override="$name" \
     --cluster-cidr="$CLUSTER_CIDR" \
+    "${KUBE_PROXY_EXTRA[@]}" \
     >"$log" 2>&1 &
   PIDS+=($!)
   local pid=$! i
@@ -476,12 +591,19 @@ start_node() {
   echo "$sock" >>"$LOCAL_UP_DIR/containerd-sockets"
   kubeconfig "node$k" "system:node:$name"
   write_kubelet_config "$dir/kubelet-config.yaml" "$dir" "$sock" "$ip" "/k8srs-node$k"
-  "${in_ns[@]}" "$BIN/kubelet" \
-    --kubeconfig="$LOCAL_UP_DIR/node$k.kubeconfig" \
+  # Upstream's kubelet refuses a cgroup root that does not exist yet (ours makes it).
+  local c
+  for c in /sys/fs/cgroup/*/; do
+    [[ -L "${c%/}" || ! -f "$c/cgroup.procs" ]] || mkdir -p "$c/k8srs-node$k"
+  done
+  # shellcheck disable=SC2046 # the identity flags hold no spaces
+  "${in_ns[@]}" "$KUBELET_BIN" \
+    $(kubelet_identity "$LOCAL_UP_DIR/node$k.kubeconfig" "$dir") \
     --config="$dir/kubelet-config.yaml" \
     --hostname-override="$name" \
     --node-ip="$ip" \
     --root-dir="$dir/kubelet" \
+    "${KUBELET_EXTRA[@]}" \
     >"$LOCAL_UP_DIR/logs/kubelet-node$k.log" 2>&1 &
   PIDS+=($!)
   local pid=$!
@@ -548,8 +670,8 @@ fi
 cat <<INFO
 Local cluster is running. State: $LOCAL_UP_DIR, logs: $LOCAL_UP_DIR/logs
 
-  etcd            $ETCD_CLIENT_URL (metrics and health: http://${ETCD_HOST}:${ETCD_METRICS_PORT}/metrics)
-                  ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URL endpoint status -w table
+  etcd            $ETCD_CLIENT_URLS (metrics and health of the first: http://${ETCD_HOST}:${ETCD_METRICS_PORT}/metrics)
+                  ETCDCTL_API=3 etcdctl --endpoints=$ETCD_CLIENT_URLS endpoint status -w table
   kube-apiserver  $API_URL
                   export KUBECONFIG=$LOCAL_UP_DIR/admin.kubeconfig; kubectl get ns
   kube-scheduler  https://${SCHEDULER_HOST}:${SCHEDULER_SECURE_PORT}/metrics (self-signed)

@@ -176,6 +176,37 @@ pub struct Flags {
     /// Horizontal pod autoscaler workers.
     #[arg(long, default_value_t = 5)]
     pub concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// PEM CA certificate the CSR signers issue certificates with (every
+    /// `kubernetes.io/*` signer without a pair of its own below).
+    #[arg(long)]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// PEM private key of --cluster-signing-cert-file.
+    #[arg(long)]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest lifetime of an issued certificate (a request's expirationSeconds may
+    /// ask for less).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub cluster_signing_duration: Duration,
+    /// CA certificate and key for the kubernetes.io/kubelet-serving signer.
+    #[arg(long)]
+    pub cluster_signing_kubelet_serving_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    pub cluster_signing_kubelet_serving_key_file: Option<PathBuf>,
+    /// CA certificate and key for the kubernetes.io/kube-apiserver-client-kubelet signer.
+    #[arg(long)]
+    pub cluster_signing_kubelet_client_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    pub cluster_signing_kubelet_client_key_file: Option<PathBuf>,
+    /// CA certificate and key for the kubernetes.io/kube-apiserver-client signer.
+    #[arg(long)]
+    pub cluster_signing_kube_apiserver_client_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    pub cluster_signing_kube_apiserver_client_key_file: Option<PathBuf>,
+    /// CA certificate and key for the kubernetes.io/legacy-unknown signer.
+    #[arg(long)]
+    pub cluster_signing_legacy_unknown_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    pub cluster_signing_legacy_unknown_key_file: Option<PathBuf>,
     /// Log verbosity.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
@@ -243,9 +274,70 @@ pub struct Options {
     pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
     pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
     pub concurrent_horizontal_pod_autoscaler_syncs: usize,
+    /// The CSR signers that have a CA: signer name, CA certificate, CA key.
+    pub csr_signers: Vec<(&'static str, PathBuf, PathBuf)>,
+    pub cluster_signing_duration: Duration,
 }
 
 impl Flags {
+    /// Each `kubernetes.io/*` signer's CA files, as upstream: a signer's own pair, else the
+    /// general --cluster-signing-cert-file/-key-file; the general pair and the per-signer
+    /// ones may not be mixed.
+    fn csr_signers(&self) -> Result<Vec<(&'static str, PathBuf, PathBuf)>, Invalid> {
+        use crate::controllers::certificates::signer;
+        let pair = |flag: &str, c: &Option<PathBuf>, k: &Option<PathBuf>| match (c, k) {
+            (Some(c), Some(k)) => Ok(Some((c.clone(), k.clone()))),
+            (None, None) => Ok(None),
+            _ => Err(Invalid(format!(
+                "--cluster-signing-{flag}cert-file and --cluster-signing-{flag}key-file go together"
+            ))),
+        };
+        let general = pair("", &self.cluster_signing_cert_file, &self.cluster_signing_key_file)?;
+        let own = [
+            (
+                signer::KUBELET_SERVING,
+                pair(
+                    "kubelet-serving-",
+                    &self.cluster_signing_kubelet_serving_cert_file,
+                    &self.cluster_signing_kubelet_serving_key_file,
+                )?,
+            ),
+            (
+                signer::KUBE_APISERVER_CLIENT_KUBELET,
+                pair(
+                    "kubelet-client-",
+                    &self.cluster_signing_kubelet_client_cert_file,
+                    &self.cluster_signing_kubelet_client_key_file,
+                )?,
+            ),
+            (
+                signer::KUBE_APISERVER_CLIENT,
+                pair(
+                    "kube-apiserver-client-",
+                    &self.cluster_signing_kube_apiserver_client_cert_file,
+                    &self.cluster_signing_kube_apiserver_client_key_file,
+                )?,
+            ),
+            (
+                signer::LEGACY_UNKNOWN,
+                pair(
+                    "legacy-unknown-",
+                    &self.cluster_signing_legacy_unknown_cert_file,
+                    &self.cluster_signing_legacy_unknown_key_file,
+                )?,
+            ),
+        ];
+        if general.is_some() && own.iter().any(|(_, p)| p.is_some()) {
+            return Err(Invalid(
+                "cannot specify --cluster-signing-{cert,key}-file and other --cluster-signing-*-file flags at the same time".into(),
+            ));
+        }
+        Ok(own
+            .into_iter()
+            .filter_map(|(name, p)| p.or_else(|| general.clone()).map(|(c, k)| (name, c, k)))
+            .collect())
+    }
+
     pub fn into_options(self) -> Result<Options, Invalid> {
         if self.leader_elect_resource_lock != "leases" {
             return Err(Invalid(format!(
@@ -253,6 +345,7 @@ impl Flags {
                 self.leader_elect_resource_lock
             )));
         }
+        let csr_signers = self.csr_signers()?;
         let tls = match (self.tls_cert_file, self.tls_private_key_file) {
             (Some(c), Some(k)) => Some((c, k)),
             (None, None) => None,
@@ -343,6 +436,8 @@ impl Flags {
             concurrent_horizontal_pod_autoscaler_syncs: self
                 .concurrent_horizontal_pod_autoscaler_syncs
                 .max(1),
+            csr_signers,
+            cluster_signing_duration: self.cluster_signing_duration,
         })
     }
 }

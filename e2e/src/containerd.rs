@@ -174,9 +174,76 @@ impl Drop for Containerd {
             let _ = c.wait();
         }
         crate::unmount_under(self.dir.path());
-        // Inside a namespace the bridge goes with the namespace.
+        // Inside a namespace the bridge and the NAT rules go with the namespace.
         if self.netns.is_none() {
             let _ = Command::new("ip").args(["link", "delete", &self.bridge]).output();
+            remove_cni_nat_rules(&format!("k8srs-{}", self.bridge));
         }
+    }
+}
+
+/// Removes the NAT rules CNI's bridge and portmap plugins wrote for `network`'s pods (a
+/// masquerade chain per pod, hostPort DNAT chains) and their chains. They stay in the host's
+/// tables when pods are killed rather than torn down through CNI DEL, and a stale hostPort
+/// DNAT would swallow later connections to that port on this machine.
+pub fn remove_cni_nat_rules(network: &str) {
+    let Ok(out) = Command::new("iptables-save").args(["-t", "nat"]).output() else { return };
+    let Some(script) = cni_nat_cleanup(&String::from_utf8_lossy(&out.stdout), network) else { return };
+    let Ok(mut child) = Command::new("iptables-restore")
+        .arg("--noflush")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return;
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let _ = stdin.write_all(script.as_bytes());
+    }
+    let _ = child.wait();
+}
+
+/// The `iptables-restore --noflush` input deleting `network`'s rules (found by the
+/// `name: "<network>"` comment CNI puts on each) and the per-pod chains they jump to.
+fn cni_nat_cleanup(saved: &str, network: &str) -> Option<String> {
+    let tag = format!("name: \\\"{network}\\\"");
+    let mut deletes = String::new();
+    let mut chains = Vec::new();
+    for rule in saved.lines().filter_map(|l| l.strip_prefix("-A ")).filter(|l| l.contains(&tag)) {
+        deletes.push_str(&format!("-D {rule}\n"));
+        let target = rule.split(" -j ").nth(1).and_then(|t| t.split_whitespace().next()).unwrap_or("");
+        if target.starts_with("CNI-") && !target.starts_with("CNI-HOSTPORT-") {
+            chains.push(target.to_string());
+        }
+    }
+    if deletes.is_empty() {
+        return None;
+    }
+    let mut script = format!("*nat\n{deletes}");
+    for c in chains {
+        script.push_str(&format!("-F {c}\n-X {c}\n"));
+    }
+    script.push_str("COMMIT\n");
+    Some(script)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cni_nat_cleanup_takes_only_the_network() {
+        let saved = r#"*nat
+-A POSTROUTING -s 10.1.0.3/32 -m comment --comment "name: \"k8srs-k8s1x0\" id: \"ab\"" -j CNI-252080583844c0f4a0e99d38
+-A POSTROUTING -s 10.2.0.3/32 -m comment --comment "name: \"k8srs-k8s2x0\" id: \"cd\"" -j CNI-e2139bd06284531182c694f1
+-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"k8srs-k8s1x0\" id: \"ab\"" -m multiport --dports 18080 -j CNI-DN-96d2dc452acef29182ced
+COMMIT
+"#;
+        let script = super::cni_nat_cleanup(saved, "k8srs-k8s1x0").unwrap();
+        assert!(script.contains("-D POSTROUTING -s 10.1.0.3/32"));
+        assert!(!script.contains("10.2.0.3"));
+        assert!(script.contains("-F CNI-252080583844c0f4a0e99d38\n-X CNI-252080583844c0f4a0e99d38\n"));
+        assert!(script.contains("-X CNI-DN-96d2dc452acef29182ced"));
+        assert!(super::cni_nat_cleanup(saved, "k8srs-k8s3x0").is_none());
     }
 }

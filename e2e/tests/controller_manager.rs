@@ -578,3 +578,167 @@ fn leader_handover_never_overshoots() {
     assert!(most <= 10, "a ReplicaSet had {most} pods; 10 were desired");
     assert_eq!(c.active_pods("app=web").len(), 10);
 }
+
+/// openssl in `dir`, failing the test with its stderr.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out =
+        std::process::Command::new("openssl").current_dir(dir).args(args).output().expect("running openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A new key (`newkey`, as openssl's -newkey takes it) and PKCS#10 request for `subject`:
+/// `dir/<name>.key` and `dir/<name>.csr`.
+fn new_request(dir: &std::path::Path, name: &str, subject: &str, newkey: &[&str]) {
+    let (key, csr) = (format!("{name}.key"), format!("{name}.csr"));
+    let mut args = vec!["req", "-new", "-nodes", "-subj", subject, "-keyout", &key, "-out", &csr, "-newkey"];
+    args.extend_from_slice(newkey);
+    openssl(dir, &args);
+}
+
+/// A CSR object for the PEM request in `dir/<name>.csr`.
+fn csr_object(dir: &std::path::Path, name: &str, signer: &str, usages: &[&str]) -> String {
+    use base64::Engine;
+    let pem = std::fs::read(dir.join(format!("{name}.csr"))).expect("csr");
+    json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": signer,
+            "usages": usages,
+            "expirationSeconds": 3600,
+        },
+    })
+    .to_string()
+}
+
+/// The Certificates API's controllers: `csrsigning` issues certificates from a kubeadm-style
+/// CA (an RSA PKCS#1 key) that verify against it and authenticate to the API server;
+/// `csrapproving` approves a kubelet client CSR from a bootstrapper after a
+/// SubjectAccessReview and leaves one from a user without that permission pending; a request
+/// the signer's policy refuses is failed, not signed.
+#[test]
+fn certificate_signing_requests_are_approved_and_signed() {
+    use base64::Engine;
+    let pki = tempfile::tempdir().expect("tempdir");
+    let d = pki.path();
+    openssl(d, &["genrsa", "-traditional", "-out", "ca.key", "2048"]);
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            "ca.key",
+            "-subj",
+            "/CN=cluster-ca",
+            "-days",
+            "2",
+            "-out",
+            "ca.crt",
+        ],
+    );
+    let client_ca = format!("--client-ca-file={}", d.join("ca.crt").display());
+    let signing = [
+        format!("--cluster-signing-cert-file={}", d.join("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", d.join("ca.key").display()),
+    ];
+    let signing: Vec<&str> = signing.iter().map(String::as_str).collect();
+    let c = Cluster::start_with(&[], &["--authorization-mode=Node,RBAC", &client_ca], &signing, None);
+    let create_as = |name: &str, signer: &str, usages: &[&str], as_user: &[&str]| {
+        let mut args = vec!["create", "-f", "-"];
+        args.extend_from_slice(as_user);
+        let out = c.api.kubectl_stdin(&args, &csr_object(d, name, signer, usages));
+        assert!(out.status.success(), "creating {name}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    // Waits for the certificate, writes it to `<name>.crt` and has OpenSSL check its chain
+    // (including the authority key identifier against the CA's).
+    let issued = |name: &str| {
+        let b64 = wait_for(&format!("{name}'s certificate"), WAIT, POLL, || {
+            c.get(&["csr", name])["status"]["certificate"].as_str().map(String::from)
+        });
+        let pem = base64::engine::general_purpose::STANDARD.decode(b64).expect("base64");
+        let file = format!("{name}.crt");
+        std::fs::write(d.join(&file), &pem).expect("write cert");
+        openssl(d, &["verify", "-CAfile", "ca.crt", &file]);
+    };
+    let client = ["digital signature", "client auth"];
+
+    // A user's client certificate, approved by the admin, then used.
+    new_request(d, "alice", "/O=devs/CN=alice", &["rsa:2048"]);
+    create_as("alice", "kubernetes.io/kube-apiserver-client", &client, &[]);
+    c.kubectl(&["certificate", "approve", "alice"]);
+    issued("alice");
+    let server = format!("--server={}", c.api.url());
+    let ca = format!("--certificate-authority={}", c.api.dir.path().join("certs/apiserver.crt").display());
+    let (cert, key) = (
+        format!("--client-certificate={}", d.join("alice.crt").display()),
+        format!("--client-key={}", d.join("alice.key").display()),
+    );
+    let whoami = c.api.kubectl_ok(&[
+        "--kubeconfig=/dev/null",
+        &server,
+        &ca,
+        &cert,
+        &key,
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+    ]);
+    assert!(whoami.starts_with("alice ") && whoami.contains("devs"), "whoami: {whoami}");
+
+    // Kubelet client certificates: bootstrappers may have theirs auto-approved (kubeadm's
+    // binding), anyone else's waits for a person. Both may create CSRs (kubeadm's
+    // kubelet-bootstrap binding).
+    c.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "node-autoapprove-bootstrap",
+        "--clusterrole=system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        "--group=system:bootstrappers",
+    ]);
+    c.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "kubelet-bootstrap",
+        "--clusterrole=system:node-bootstrapper",
+        "--group=system:bootstrappers",
+        "--user=mallory",
+    ]);
+    let kubelet = "kubernetes.io/kube-apiserver-client-kubelet";
+    // Named as kubelets name theirs (base64url: capitals and underscores are fine).
+    const N1: &str = "node-csr-4Q4kQU9Svr_tCw";
+    new_request(d, "mallory", "/O=system:nodes/CN=system:node:n2", &["rsa:2048"]);
+    create_as("mallory", kubelet, &client, &["--as=mallory"]);
+    new_request(
+        d,
+        N1,
+        "/O=system:nodes/CN=system:node:n1",
+        &["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    );
+    create_as(N1, kubelet, &client, &["--as=system:bootstrap:abcdef", "--as-group=system:bootstrappers"]);
+    issued(N1);
+    let n1 = c.get(&["csr", N1]);
+    let approved = &n1["status"]["conditions"][0];
+    assert_eq!(
+        (approved["type"].as_str(), approved["reason"].as_str()),
+        (Some("Approved"), Some("AutoApproved")),
+        "{n1}"
+    );
+    let mallory = c.get(&["csr", "mallory"]);
+    assert!(mallory["status"].get("conditions").is_none(), "mallory's CSR was acted on: {mallory}");
+
+    // A serving certificate without any name: approved by the admin, failed by the signer.
+    new_request(d, "serving", "/O=system:nodes/CN=system:node:n1", &["rsa:2048"]);
+    create_as("serving", "kubernetes.io/kubelet-serving", &["digital signature", "server auth"], &[]);
+    c.kubectl(&["certificate", "approve", "serving"]);
+    let failed = wait_for("the serving CSR to fail", WAIT, POLL, || {
+        let conds = c.get(&["csr", "serving"])["status"]["conditions"].as_array()?.clone();
+        conds.into_iter().find(|c| c["type"] == "Failed")
+    });
+    assert_eq!(failed["reason"], "SignerValidationFailure");
+    assert!(c.get(&["csr", "serving"])["status"].get("certificate").is_none());
+}

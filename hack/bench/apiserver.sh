@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmark: our kube-apiserver with each etcd behind it — Debian's real etcd 3.4 (the
-# baseline) and ours — one after the other on this machine, with fresh data each time:
+# Benchmark: each kube-apiserver (ours and upstream's v1.28.4 from ../shared/upstream) with
+# each etcd behind it (Debian's real etcd 3.4 and ours), one after the other on this machine,
+# with fresh data each time and the same client and load:
 #   - create 10k pods with CLIENTS concurrent clients while WATCHERS cluster-scope watches
 #     follow them (create QPS and p50/p99; watch delivery latency from create start)
 #   - READ_SECONDS of concurrent gets and namespace lists over the 10k pods
@@ -10,13 +11,21 @@
 # Not a test: machines are shared and noisy; compare figures from the same run only.
 # Upstream's SLO for single-object calls is p99 <= 1 s.
 #
-#   hack/bench/apiserver.sh                       # ~5 minutes
-#   BACKENDS=ours LARGE=20000 hack/bench/apiserver.sh
+#   hack/bench/apiserver.sh                       # ~5 minutes per pair
+#   BACKENDS=ours APISERVERS=ours LARGE=20000 hack/bench/apiserver.sh
+#
+# BACKENDS lists the etcds (real, ours), APISERVERS the API servers (ours, upstream; upstream
+# is left out, with a message, when ../shared/upstream is absent).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/k8s-rs-target}"
 BACKENDS="${BACKENDS:-real ours}"
+UPSTREAM_DIR="${UPSTREAM_DIR:-$ROOT/../shared/upstream}"
+if [[ -z "${APISERVERS:-}" ]]; then
+  APISERVERS=ours
+  if [[ -x "$UPSTREAM_DIR/install.sh" ]]; then APISERVERS="ours upstream"; else echo "no $UPSTREAM_DIR: measuring our API server only" >&2; fi
+fi
 CLIENTS="${CLIENTS:-16}"
 WATCHERS="${WATCHERS:-4}"
 READ_SECONDS="${READ_SECONDS:-20}"
@@ -30,6 +39,9 @@ hack/install-deps.sh
 . hack/bench/lib.sh
 bench_build
 B="$CARGO_TARGET_DIR/release"
+if [[ "$APISERVERS" == *upstream* ]]; then
+  "$UPSTREAM_DIR/install.sh" "$CARGO_TARGET_DIR/upstream" >/dev/null
+fi
 
 rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024 )); }
 
@@ -40,11 +52,19 @@ stop_all() {
 }
 trap 'stop_all; rm -rf "$SCRATCH"' EXIT
 
+# The runs: "<apiserver>-<etcd>" for every pair.
+RUNS=()
+for a in $APISERVERS; do for b in $BACKENDS; do RUNS+=("$a-$b"); done; done
+
 declare -A R
 run_one() {
   local name=$1 etcd_bin=$2
   rm -rf "$SCRATCH"
-  start_control_plane "$etcd_bin"
+  if [[ "$name" == upstream-* ]]; then
+    API_BIN="$CARGO_TARGET_DIR/upstream/kube-apiserver" API_UPSTREAM=1 start_control_plane "$etcd_bin"
+  else
+    API_BIN="$B/kube-apiserver" API_UPSTREAM=0 start_control_plane "$etcd_bin"
+  fi
   local aport=$API_PORT
   local bench=("$B/apiserver-bench" --server "https://$HOST:$aport" --token "$TOKEN" --ca "$SCRATCH/certs/apiserver.crt" --clients "$CLIENTS")
   R[$name,api_rss0]=$(rss_mib "$API_PID"); R[$name,etcd_rss0]=$(rss_mib "$ETCD_PID")
@@ -69,18 +89,20 @@ field() { grep -oE "$2=[0-9.]+" <<<"$1" | cut -d= -f2 || true; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
 per10k() { python3 -c "import sys; print(f'{(float(sys.argv[1])-float(sys.argv[2]))*10000/float(sys.argv[3]):.0f}')" "$1" "$2" "$3"; }
 
-for b in $BACKENDS; do
-  case $b in
-    real) echo "kube-apiserver on real etcd ($(/usr/bin/etcd --version | head -1)) ..." >&2; run_one real /usr/bin/etcd ;;
-    ours) echo "kube-apiserver on our etcd ..." >&2; run_one ours "$B/etcd" ;;
+for r in "${RUNS[@]}"; do
+  case ${r#*-} in
+    real) echo "${r%-*} kube-apiserver on real etcd ($(/usr/bin/etcd --version | head -1)) ..." >&2; run_one "$r" /usr/bin/etcd ;;
+    ours) echo "${r%-*} kube-apiserver on our etcd ..." >&2; run_one "$r" "$B/etcd" ;;
+    *) echo "unknown etcd backend ${r#*-}" >&2; exit 2 ;;
   esac
 done
 
-printf '\n%-40s' "metric (CLIENTS=$CLIENTS)"; for b in $BACKENDS; do printf ' %16s' "etcd=$b"; done; echo
+printf '\n%-40s' "metric (CLIENTS=$CLIENTS)"; for r in "${RUNS[@]}"; do printf ' %16s' "api=${r%-*}"; done; echo
+printf '%-40s' ""; for r in "${RUNS[@]}"; do printf ' %16s' "etcd=${r#*-}"; done; echo
 row() {
   local label=$1 key=$2 f=$3
   printf '%-40s' "$label"
-  for b in $BACKENDS; do printf ' %16s' "$(field "${R[$b,$key]}" "$f")"; done
+  for r in "${RUNS[@]}"; do printf ' %16s' "$(field "${R[$r,$key]}" "$f")"; done
   echo
 }
 row "create pods/s (to $SMALL)" create qps; row "  create p50 ms" create p50_ms; row "  create p99 ms" create p99_ms
@@ -92,11 +114,23 @@ row "create pods/s ($SMALL to $LARGE)" create_large qps; row "  create p99 ms" c
 row "list all $LARGE, rv=0, p50 ms" large,rv0 p50_ms; row "list all $LARGE, consistent, p50 ms" large,cons p50_ms; row "list all $LARGE, pages of 500, p50 ms" large,paged p50_ms
 for what in api etcd; do
   printf '%-40s' "$what RSS empty / $SMALL / $LARGE (MiB)"
-  for b in $BACKENDS; do printf ' %16s' "${R[$b,${what}_rss0]}/${R[$b,${what}_rss10k]}/${R[$b,${what}_rss_large]}"; done; echo
+  for r in "${RUNS[@]}"; do printf ' %16s' "${R[$r,${what}_rss0]}/${R[$r,${what}_rss10k]}/${R[$r,${what}_rss_large]}"; done; echo
   printf '%-40s' "  $what RSS per 10k pods (MiB)"
-  for b in $BACKENDS; do printf ' %16s' "$(per10k "${R[$b,${what}_rss_large]}" "${R[$b,${what}_rss0]}" "$LARGE")"; done; echo
+  for r in "${RUNS[@]}"; do printf ' %16s' "$(per10k "${R[$r,${what}_rss_large]}" "${R[$r,${what}_rss0]}" "$LARGE")"; done; echo
 done
-if [[ "$BACKENDS" == *real*ours* ]]; then
-  echo
-  echo "ours/real: create qps $(ratio "$(field "${R[ours,create]}" qps)" "$(field "${R[real,create]}" qps)"), get qps $(ratio "$(field "${R[ours,get]}" qps)" "$(field "${R[real,get]}" qps)"), list-all consistent at $LARGE $(ratio "$(field "${R[ours,large,cons]}" p50_ms)" "$(field "${R[real,large,cons]}" p50_ms)")x latency"
-fi
+# ratios A B: A's figures over B's, where both ran.
+ratios() {
+  local a=$1 b=$2
+  [[ -n "${R[$a,create]:-}" && -n "${R[$b,create]:-}" ]] || return 0
+  echo "$a / $b: create qps $(ratio "$(field "${R[$a,create]}" qps)" "$(field "${R[$b,create]}" qps)")," \
+    "get qps $(ratio "$(field "${R[$a,get]}" qps)" "$(field "${R[$b,get]}" qps)")," \
+    "list-namespace qps $(ratio "$(field "${R[$a,listns]}" qps)" "$(field "${R[$b,listns]}" qps)")," \
+    "list-all consistent at $LARGE $(ratio "$(field "${R[$a,large,cons]}" p50_ms)" "$(field "${R[$b,large,cons]}" p50_ms)")x latency," \
+    "watch p99 $(ratio "$(field "${R[$a,watch]}" p99_ms)" "$(field "${R[$b,watch]}" p99_ms)")x," \
+    "API server RSS at $LARGE $(ratio "${R[$a,api_rss_large]}" "${R[$b,api_rss_large]}")x"
+}
+echo
+ratios ours-ours ours-real
+ratios ours-real upstream-real
+ratios ours-ours upstream-ours
+ratios upstream-ours upstream-real

@@ -42,6 +42,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # `default` ServiceAccount yet (upstream would refuse those pods). The token file also
 # holds $USER_TOKEN for `bench-user`, a user in no group, for benchmarks that measure
 # authorization.
+# API_BIN runs another kube-apiserver binary (upstream's, with API_UPSTREAM=1 for the flags
+# and serving certificate it needs).
 start_control_plane() {
   local etcd_bin=$1 cport pport
   cport=$(free_port); pport=$(free_port); API_PORT=$(free_port)
@@ -54,9 +56,20 @@ start_control_plane() {
   wait_until "etcd on $HOST:$cport" 100 0.1 env ETCDCTL_API=3 etcdctl --endpoints="$HOST:$cport" endpoint health
   printf '%s\n' "$TOKEN,bench,bench-uid,system:masters" "${USER_TOKEN:-bench-user-token},bench-user,bench-user-uid" >"$SCRATCH/tokens.csv"
   [[ -v API_ARGS ]] || API_ARGS=(--disable-admission-plugins=ServiceAccount)
-  "$B/kube-apiserver" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$API_PORT" \
+  local api_bin="${API_BIN:-$B/kube-apiserver}" extra=()
+  if [[ "${API_UPSTREAM:-0}" == 1 ]]; then
+    # Upstream's server requires service-account keys, and its self-signed certificate names
+    # the advertise address, not loopback: give it a serving certificate for $HOST.
+    openssl ecparam -name prime256v1 -genkey -noout -out "$SCRATCH/certs/sa.key" 2>/dev/null
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=bench-apiserver" \
+      -addext "subjectAltName=IP:$HOST" -keyout "$SCRATCH/certs/apiserver.key" -out "$SCRATCH/certs/apiserver.crt" 2>/dev/null
+    extra=(--tls-cert-file="$SCRATCH/certs/apiserver.crt" --tls-private-key-file="$SCRATCH/certs/apiserver.key"
+      --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$SCRATCH/certs/sa.key"
+      --service-account-signing-key-file="$SCRATCH/certs/sa.key")
+  fi
+  "$api_bin" --etcd-servers="http://$HOST:$cport" --bind-address="$HOST" --secure-port="$API_PORT" \
     --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
-    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 "${API_ARGS[@]}" >"$SCRATCH/apiserver.log" 2>&1 &
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 "${extra[@]}" "${API_ARGS[@]}" >"$SCRATCH/apiserver.log" 2>&1 &
   API_PID=$!
   wait_until "kube-apiserver /readyz on $API_PORT" 200 0.1 curl -skf "https://$HOST:$API_PORT/readyz"
   cat >"$SCRATCH/kubeconfig" <<KC

@@ -1,6 +1,7 @@
 //! The controllers, one module each, and the `--controllers` selection: upstream's
 //! canonical names (`replicaset-controller`) with their older aliases (`replicaset`).
 
+pub mod certificates;
 pub mod clusterrole_aggregation;
 pub mod cronjob;
 pub mod daemonset;
@@ -37,6 +38,24 @@ pub const GARBAGE_COLLECTOR: &str = "garbage-collector-controller";
 type Starter = fn(&Context) -> Result<(), Error>;
 
 const ALL: &[(&str, &str, &str, Starter)] = &[
+    (
+        "certificatesigningrequest-approving-controller",
+        "csrapproving",
+        "certificate-controller",
+        certificates::start_approving,
+    ),
+    (
+        "certificatesigningrequest-cleaner-controller",
+        "csrcleaner",
+        "certificate-controller",
+        certificates::start_cleaner,
+    ),
+    (
+        "certificatesigningrequest-signing-controller",
+        "csrsigning",
+        "certificate-controller",
+        certificates::start_signing,
+    ),
     (
         "clusterrole-aggregation-controller",
         "clusterrole-aggregation",

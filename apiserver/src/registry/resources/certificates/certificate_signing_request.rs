@@ -22,7 +22,7 @@ use super::pem;
 use crate::errors::FieldError;
 use crate::registry::resource::{Hooks, copy_field, keep_spec};
 use crate::registry::store::now_rfc3339;
-use crate::validation::{DNS1123_SUBDOMAIN_MAX, index, is_dns1123_label};
+use crate::validation::{DNS1123_SUBDOMAIN_MAX, NameRule, index, is_dns1123_label};
 
 pub struct CertificateSigningRequestHooks;
 
@@ -274,6 +274,13 @@ fn preserve_condition_instances(new: &mut Value, old: &Value, kind: &str) {
 }
 
 impl Hooks for CertificateSigningRequestHooks {
+    /// Any name a URL path can carry, as upstream's `ValidateCertificateRequestName`
+    /// ("we don't care what you call your certificate requests"): kubelets name theirs
+    /// `node-csr-<base64url digest>`, with capitals and underscores.
+    fn name_rule(&self) -> NameRule {
+        NameRule::PathSegment
+    }
+
     /// The requester is who sent the request; status starts empty.
     fn prepare_for_create(&self, obj: &mut Value) {
         obj["status"] = json!({});
