@@ -50,7 +50,7 @@ stop_all() {
   for p in $API_PID $ETCD_PID; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   API_PID="" ETCD_PID=""
 }
-trap 'stop_all; rm -rf "$SCRATCH"' EXIT
+trap 'stop_all; [[ -n "${KEEP_SCRATCH:-}" ]] || rm -rf "$SCRATCH"' EXIT
 
 # The runs: "<apiserver>-<etcd>" for every pair.
 RUNS=()

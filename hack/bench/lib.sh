@@ -61,9 +61,15 @@ start_control_plane() {
     # Upstream's server requires service-account keys, and its self-signed certificate names
     # the advertise address, not loopback: give it a serving certificate for $HOST.
     openssl ecparam -name prime256v1 -genkey -noout -out "$SCRATCH/certs/sa.key" 2>/dev/null
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=bench-apiserver" \
-      -addext "subjectAltName=IP:$HOST" -keyout "$SCRATCH/certs/apiserver.key" -out "$SCRATCH/certs/apiserver.crt" 2>/dev/null
-    extra=(--tls-cert-file="$SCRATCH/certs/apiserver.crt" --tls-private-key-file="$SCRATCH/certs/apiserver.key"
+    # A CA (apiserver.crt, what the clients trust) and a serving certificate it signs.
+    local c="$SCRATCH/certs"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=bench-ca" \
+      -keyout "$c/ca.key" -out "$c/apiserver.crt" 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=bench-apiserver" \
+      -keyout "$c/serving.key" -out "$c/serving.csr" 2>/dev/null
+    openssl x509 -req -in "$c/serving.csr" -CA "$c/apiserver.crt" -CAkey "$c/ca.key" -CAcreateserial -days 2 \
+      -extfile <(printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "$HOST") -out "$c/serving.crt" 2>/dev/null
+    extra=(--tls-cert-file="$c/serving.crt" --tls-private-key-file="$c/serving.key"
       --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$SCRATCH/certs/sa.key"
       --service-account-signing-key-file="$SCRATCH/certs/sa.key")
   fi
@@ -71,7 +77,8 @@ start_control_plane() {
     --cert-dir="$SCRATCH/certs" --token-auth-file="$SCRATCH/tokens.csv" \
     --max-requests-inflight=1000 --max-mutating-requests-inflight=500 "${extra[@]}" "${API_ARGS[@]}" >"$SCRATCH/apiserver.log" 2>&1 &
   API_PID=$!
-  wait_until "kube-apiserver /readyz on $API_PORT" 200 0.1 curl -skf "https://$HOST:$API_PORT/readyz"
+  # With the admin token: upstream's server turns anonymous requests off under AlwaysAllow.
+  wait_until "kube-apiserver /readyz on $API_PORT" 600 0.1 curl -skf -H "Authorization: Bearer $TOKEN" "https://$HOST:$API_PORT/readyz"
   cat >"$SCRATCH/kubeconfig" <<KC
 apiVersion: v1
 kind: Config
