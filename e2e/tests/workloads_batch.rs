@@ -306,7 +306,14 @@ fn suspend_deadline_and_ttl_after_finished() {
     });
 
     c.apply(&job("short-lived", json!({"ttlSecondsAfterFinished": 1}), 0, 0.0));
-    c.wait_job_condition("short-lived", "Complete", WAIT);
+    // With a one-second TTL the Job can be gone before a poll sees it complete; the TTL
+    // controller deletes only finished Jobs, so its absence means it completed.
+    wait_for("job short-lived Complete (or deleted after it)", WAIT, POLL, || {
+        match c.try_get(&["job", "short-lived"]) {
+            None => Some(()),
+            Some(j) => condition(&j, "Complete").is_some_and(|c| c["status"] == "True").then_some(()),
+        }
+    });
     wait_for("finished job deleted after its TTL", WAIT, POLL, || {
         (c.try_get(&["job", "short-lived"]).is_none() && c.job_pods("short-lived").is_empty()).then_some(())
     });

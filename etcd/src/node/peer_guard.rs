@@ -31,6 +31,13 @@ pub fn refusal(raft: &Raft<RaftLog>, m: &Message) -> Option<String> {
         // raft-rs: "stepped empty MsgProp".
         MessageType::MsgPropose if entries.is_empty() => Some("a proposal without entries".into()),
         MessageType::MsgAppend => {
+            // raft-rs reads the term of an index outside its log as 0, so an append "after"
+            // such an index with log term 0 matches: entries beyond the last index leave a
+            // gap raft-rs aborts on, entries below the first conflict with committed ones.
+            // A correct leader's entries after index 0 all have a term.
+            if m.index > 0 && m.log_term == 0 {
+                return Some(format!("an append after index {} with log term 0", m.index));
+            }
             // Entries must follow the message's index one by one: raft-rs slices the
             // batch by index arithmetic.
             if let Some((i, e)) =
