@@ -141,7 +141,7 @@ fn subresource(info: &ResourceInfo, name: &str) -> Option<(Value, Vec<&'static s
 /// `/api/v1` and `/apis/<g>/<v>`: an APIResourceList.
 fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for s in registry.in_group_version(group, version) {
+    for s in &registry.in_group_version(group, version) {
         let i = &s.res.info;
         let mut r = json!({
             "name": i.plural,
@@ -209,6 +209,7 @@ fn aggregated_group(registry: &Registry, group: &str, versions: &[&str]) -> Valu
         .map(|v| {
             let mut resources: Vec<Value> = registry
                 .in_group_version(group, v)
+                .iter()
                 .map(|s| {
                     let i = &s.res.info;
                     let subs: Vec<Value> = i

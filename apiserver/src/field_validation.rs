@@ -75,6 +75,25 @@ impl FieldValidation {
         self.verdict(kind, version, problems)
     }
 
+    /// [`FieldValidation::check_body`] for a kind whose unknown fields are already known
+    /// (a custom resource's, which pruning finds): duplicates still come from the body.
+    pub fn check_unknown(
+        self,
+        kind: &str,
+        version: &str,
+        unknown: Vec<String>,
+        body: &[u8],
+    ) -> ApiResult<Vec<String>> {
+        if self == Self::Ignore {
+            return Ok(Vec::new());
+        }
+        let mut problems: Vec<Problem> = unknown.into_iter().map(Problem::Unknown).collect();
+        if let Some(scanned) = scan_json(body, None) {
+            problems.extend(scanned.into_iter().filter(|p| matches!(p, Problem::Duplicate(_))));
+        }
+        self.verdict(kind, version, problems)
+    }
+
     fn verdict(self, kind: &str, version: &str, problems: Vec<Problem>) -> ApiResult<Vec<String>> {
         let messages: Vec<String> = problems.iter().map(Problem::message).collect();
         match self {

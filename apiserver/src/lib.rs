@@ -21,6 +21,7 @@
 //! to every watcher.
 
 pub mod admission;
+pub mod apiextensions;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -149,6 +150,18 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         .await
         .map_err(|e| StartError::Bootstrap(e.to_string()))?;
     authz::bootstrap_policy::reconcile(&registry).await.map_err(|e| StartError::Bootstrap(e.to_string()))?;
+    // Upstream's apiextensions controllers (post-start hook `start-apiextensions-controllers`).
+    let openapi = Arc::new(openapi::OpenApi::new(&registry));
+    tokio::spawn(
+        apiextensions::controller::Controller::new(
+            registry.clone(),
+            openapi.clone(),
+            etcd.clone(),
+            cfg.etcd_prefix.clone(),
+            cfg.watch_cache,
+        )
+        .run(),
+    );
     // Upstream's post-start hook `start-cluster-authentication-info-controller`.
     tokio::spawn(cluster_authentication::run(registry.clone(), cfg.authentication.clone()));
 
@@ -176,7 +189,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         metrics,
         etcd,
         services,
-        openapi: Arc::new(openapi::OpenApi::new(&registry)),
+        openapi,
         audit,
         kubelet,
         openid,
@@ -187,7 +200,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
             let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
             loop {
                 ticker.tick().await;
-                for s in &registry.stores {
+                for s in &registry.all_stores() {
                     s.cacher.send_bookmarks();
                 }
             }

@@ -57,7 +57,7 @@ const TABLE: &[&str] = &["kind", "apiVersion", "metadata", "columnDefinitions", 
 const LIST: &[&str] = &["kind", "apiVersion", "metadata", "items"];
 /// `ObjectMeta`'s fields, then `ListMeta`'s that it lacks (in `ListMeta`'s order
 /// `selfLink, resourceVersion, continue, remainingItemCount`, which this keeps).
-const META: &[&str] = &[
+pub const META: &[&str] = &[
     "name",
     "generateName",
     "namespace",

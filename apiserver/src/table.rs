@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::registry::resource::ResourceInfo;
+use crate::registry::resource::{PrinterColumn, Resource, ResourceInfo};
 
 /// What each row carries besides its cells (`includeObject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn columns(info: &ResourceInfo) -> Vec<Column> {
         name: "Name",
         kind: "string",
         format: "name",
-        description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        description: NAME_DESCRIPTION,
         priority: 0,
     }];
     cols.extend(crate::printers::columns(info.kind));
@@ -64,9 +64,70 @@ pub fn cells(info: &ResourceInfo, obj: &Value, now: i64) -> Vec<Value> {
     row
 }
 
+/// The Table of one object or a list of them, with the resource's columns: its
+/// printer's, or the printer columns of its CRD.
+pub fn table_of(res: &Resource, v: &Value, include: IncludeObject, with_columns: bool) -> Value {
+    match res.hooks.printer_columns() {
+        Some(cols) => custom_table(cols, v, include, with_columns),
+        None => to_table(&res.info, v, include, with_columns),
+    }
+}
+
 /// Builds a Table from one object or a list of them.
 pub fn to_table(info: &ResourceInfo, v: &Value, include: IncludeObject, with_columns: bool) -> Value {
     let now = unix_now();
+    let defs: Vec<Value> = if with_columns {
+        columns(info)
+            .into_iter()
+            .map(|c| json!({ "name": c.name, "type": c.kind, "format": c.format, "description": c.description, "priority": c.priority }))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    build(v, include, defs, |o| cells(info, o, now))
+}
+
+/// The Name column's description (ObjectMeta's `name`), as upstream's tables give it.
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
+/// A custom resource's Table (upstream's CRD `tableconvertor`): Name, then each printer
+/// column's value at its JSON path; `date` columns print as ages.
+fn custom_table(cols: &[PrinterColumn], v: &Value, include: IncludeObject, with_columns: bool) -> Value {
+    let now = unix_now();
+    let defs: Vec<Value> = if with_columns {
+        let mut d = vec![json!({"name": "Name", "type": "string", "format": "name",
+                                "description": NAME_DESCRIPTION, "priority": 0})];
+        d.extend(cols.iter().map(|c| {
+            json!({ "name": c.name, "type": c.kind, "format": c.format, "description": c.description, "priority": c.priority })
+        }));
+        d
+    } else {
+        Vec::new()
+    };
+    build(v, include, defs, |o| {
+        let mut row = vec![o["metadata"]["name"].clone()];
+        for c in cols {
+            let cell = match crate::apiextensions::custom_resource::lookup(o, &c.json_path) {
+                None | Some(Value::Null) => Value::Null,
+                Some(Value::String(s)) if c.kind == "date" => match parse_time(s) {
+                    Some(t) => json!(human_duration(now - t)),
+                    None => json!(s),
+                },
+                Some(x) if c.kind == "string" && !x.is_string() => json!(x.to_string()),
+                Some(x) => x.clone(),
+            };
+            row.push(cell);
+        }
+        row
+    })
+}
+
+fn build(
+    v: &Value,
+    include: IncludeObject,
+    defs: Vec<Value>,
+    cells_of: impl Fn(&Value) -> Vec<Value>,
+) -> Value {
     let items: Vec<&Value> = match v["items"].as_array() {
         Some(items) => items.iter().collect(),
         None => vec![v],
@@ -74,7 +135,7 @@ pub fn to_table(info: &ResourceInfo, v: &Value, include: IncludeObject, with_col
     let rows: Vec<Value> = items
         .into_iter()
         .map(|o| {
-            let mut row = json!({ "cells": cells(info, o, now) });
+            let mut row = json!({ "cells": cells_of(o) });
             match include {
                 IncludeObject::None => {}
                 IncludeObject::Object => row["object"] = o.clone(),
@@ -89,14 +150,6 @@ pub fn to_table(info: &ResourceInfo, v: &Value, include: IncludeObject, with_col
             row
         })
         .collect();
-    let defs: Vec<Value> = if with_columns {
-        columns(info)
-            .into_iter()
-            .map(|c| json!({ "name": c.name, "type": c.kind, "format": c.format, "description": c.description, "priority": c.priority }))
-            .collect()
-    } else {
-        Vec::new()
-    };
     let mut meta = json!({});
     if let Some(rv) = v["metadata"]["resourceVersion"].as_str().filter(|_| v.get("items").is_some()) {
         meta["resourceVersion"] = json!(rv);

@@ -202,8 +202,10 @@ pub fn annotations(field: &str, annotations: Option<&Value>) -> Vec<FieldError> 
 }
 
 /// Errors in an object's metadata: name (per `rule`), namespace presence, labels,
-/// annotations, finalizers.
-pub fn object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
+/// annotations, finalizers (built-in kinds' rules when `kube_finalizers`, see
+/// [`finalizer_name`]; else any qualified name, as upstream's generic validation that CRDs
+/// and custom resources get).
+pub fn object_meta(obj: &Value, namespaced: bool, rule: NameRule, kube_finalizers: bool) -> Vec<FieldError> {
     let meta = &obj["metadata"];
     let mut errs = Vec::new();
     let name = meta["name"].as_str().unwrap_or_default();
@@ -225,7 +227,12 @@ pub fn object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldEr
     errs.extend(owner_references("metadata.ownerReferences", meta.get("ownerReferences")));
     if let Some(fins) = meta["finalizers"].as_array() {
         for (i, f) in fins.iter().enumerate() {
-            errs.extend(finalizer_name(&format!("metadata.finalizers[{i}]"), f.as_str().unwrap_or_default()));
+            let (field, name) = (format!("metadata.finalizers[{i}]"), f.as_str().unwrap_or_default());
+            errs.extend(if kube_finalizers {
+                finalizer_name(&field, name)
+            } else {
+                qualified_name(&field, name)
+            });
         }
     }
     errs

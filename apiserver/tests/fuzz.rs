@@ -176,7 +176,8 @@ fn create_and_update_checks(body: &[u8], obj: Value, old: Option<&Value>) {
     let mut created = obj.clone();
     r.hooks.prepare_for_create(&mut created);
     r.hooks.default(&mut created);
-    let _ = validation::object_meta(&created, r.info.namespaced, r.hooks.name_rule());
+    let _ =
+        validation::object_meta(&created, r.info.namespaced, r.hooks.name_rule(), r.hooks.kube_finalizers());
     let _ = r.hooks.validate(&created);
     let _ = r.hooks.validate_create(&created);
     if let Some(old) = old {

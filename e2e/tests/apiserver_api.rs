@@ -405,8 +405,10 @@ fn watch_window_bookmarks_and_gone() {
         "application/json",
         None,
     );
-    // Either the status code or an ERROR event carries 410 (upstream sends an ERROR event).
-    let gone = code == 410 || text.lines().any(|l| json(l)["object"]["code"] == 410);
+    // As upstream's cacher: a watch (200) whose one event is an ERROR carrying 410, which
+    // clients (client-go's reflector, kube-rs' watcher) answer with a relist.
+    let gone =
+        code == 200 && text.lines().any(|l| json(l)["type"] == "ERROR" && json(l)["object"]["code"] == 410);
     assert!(gone, "{code} {text}");
     // resourceVersion=0 lists serve from the cache; consistent lists see a just-written object.
     post_json(&api, "/api/v1/namespaces/default/configmaps", cm("fresh"));

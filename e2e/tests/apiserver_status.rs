@@ -289,6 +289,9 @@ fn status_writes_are_status_writes() {
     let cases = cases(&csr_pem);
 
     let mut covered: Vec<String> = cases.iter().map(|c| gvr(c.path)).collect();
+    // CRDs: their controller writes status and finalizers right after a create, which
+    // races this test's writes; apiserver_crds.rs checks their status strategy.
+    covered.push("apiextensions.k8s.io/v1/customresourcedefinitions".to_string());
     covered.sort();
     assert_eq!(status_subresources(&api), covered, "every status subresource served has a case here");
 

@@ -8,6 +8,9 @@
 #   - cluster-scope list latency at 10k pods (watch cache, consistent, paged by 500)
 #   - grow to 50k pods and list again
 #   - resident memory (VmRSS) of the apiserver and etcd, empty and per 10k pods
+#   - custom resources (CUSTOM=1, the default): on real etcd, each API server creates,
+#     gets, lists and watches CUSTOM_N CronTabs of a CRD with a CEL rule, beside the same
+#     for CUSTOM_N ConfigMaps; reported as the ratio custom/built-in (issue 20's goal: >= 0.8)
 # Not a test: machines are shared and noisy; compare figures from the same run only.
 # Upstream's SLO for single-object calls is p99 <= 1 s.
 #
@@ -32,6 +35,8 @@ READ_SECONDS="${READ_SECONDS:-20}"
 SMALL="${SMALL:-10000}"
 LARGE="${LARGE:-50000}"
 SCRATCH="${SCRATCH:-/var/tmp/apiserver-bench}"
+CUSTOM="${CUSTOM:-1}"
+CUSTOM_N="${CUSTOM_N:-10000}"
 HOST=127.0.0.1
 TOKEN=bench-token
 
@@ -85,6 +90,41 @@ run_one() {
   stop_all
 }
 
+# The CronTab CRD of the custom-resource run: a schema, a default and a CEL rule.
+CRONTAB_CRD='{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+ "metadata":{"name":"crontabs.stable.example.com"},
+ "spec":{"group":"stable.example.com","scope":"Namespaced",
+  "names":{"plural":"crontabs","singular":"crontab","kind":"CronTab"},
+  "versions":[{"name":"v1","served":true,"storage":true,"subresources":{"status":{}},
+   "schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object",
+    "x-kubernetes-validations":[{"rule":"self.replicas <= 100","message":"at most 100 replicas"}],
+    "properties":{"cronSpec":{"type":"string"},"image":{"type":"string"},
+     "replicas":{"type":"integer","minimum":0,"default":1}}}}}}}]}}'
+
+# run_custom NAME: on real etcd, ConfigMaps then CronTabs, the same load for each.
+run_custom() {
+  local name=$1 out
+  rm -rf "$SCRATCH"
+  if [[ "$name" == upstream-* ]]; then
+    API_BIN="$CARGO_TARGET_DIR/upstream/kube-apiserver" API_UPSTREAM=1 start_control_plane /usr/bin/etcd
+  else
+    API_BIN="$B/kube-apiserver" API_UPSTREAM=0 start_control_plane /usr/bin/etcd
+  fi
+  kubectl --kubeconfig "$SCRATCH/kubeconfig" create -f - <<<"$CRONTAB_CRD" >/dev/null
+  kubectl --kubeconfig "$SCRATCH/kubeconfig" wait --for=condition=Established crd/crontabs.stable.example.com --timeout=60s >/dev/null
+  wait_until "crontabs served" 100 0.1 kubectl --kubeconfig "$SCRATCH/kubeconfig" get crontabs -A
+  for kind in configmaps crontabs; do
+    local bench=("$B/apiserver-bench" --server "https://$HOST:$API_PORT" --token "$TOKEN" --ca "$SCRATCH/certs/apiserver.crt" --clients "$CLIENTS" --resource "$kind")
+    out=$("${bench[@]}" create --pods "$CUSTOM_N" --watchers "$WATCHERS"); echo "$out" >&2
+    R[$name,$kind,create]=$(grep '^create ' <<<"$out"); R[$name,$kind,watch]=$(grep '^watch-event ' <<<"$out")
+    out=$("${bench[@]}" read --seconds "$READ_SECONDS" --pods "$CUSTOM_N"); echo "$out" >&2
+    R[$name,$kind,get]=$(grep '^get ' <<<"$out"); R[$name,$kind,listns]=$(grep '^list-namespace ' <<<"$out")
+    out=$("${bench[@]}" list-all --times 5); echo "$out" >&2
+    R[$name,$kind,cons]=$(grep '^list-all ' <<<"$out")
+  done
+  stop_all
+}
+
 field() { grep -oE "$2=[0-9.]+" <<<"$1" | cut -d= -f2 || true; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.2f}' if b else '-')" "$1" "$2"; }
 per10k() { python3 -c "import sys; print(f'{(float(sys.argv[1])-float(sys.argv[2]))*10000/float(sys.argv[3]):.0f}')" "$1" "$2" "$3"; }
@@ -96,6 +136,13 @@ for r in "${RUNS[@]}"; do
     *) echo "unknown etcd backend ${r#*-}" >&2; exit 2 ;;
   esac
 done
+
+if [[ "$CUSTOM" == 1 ]]; then
+  for a in $APISERVERS; do
+    echo "$a kube-apiserver on real etcd: $CUSTOM_N ConfigMaps, then $CUSTOM_N CronTabs ..." >&2
+    run_custom "$a-custom"
+  done
+fi
 
 printf '\n%-40s' "metric (CLIENTS=$CLIENTS)"; for r in "${RUNS[@]}"; do printf ' %16s' "api=${r%-*}"; done; echo
 printf '%-40s' ""; for r in "${RUNS[@]}"; do printf ' %16s' "etcd=${r#*-}"; done; echo
@@ -134,3 +181,18 @@ ratios ours-ours ours-real
 ratios ours-real upstream-real
 ratios ours-ours upstream-ours
 ratios upstream-ours upstream-real
+
+if [[ "$CUSTOM" == 1 ]]; then
+  echo
+  echo "custom resources, $CUSTOM_N objects on real etcd: CronTab (CEL rule) / ConfigMap"
+  for a in $APISERVERS; do
+    n="$a-custom"
+    [[ -n "${R[$n,crontabs,create]:-}" ]] || continue
+    echo "  $a: create qps $(ratio "$(field "${R[$n,crontabs,create]}" qps)" "$(field "${R[$n,configmaps,create]}" qps)")," \
+      "get qps $(ratio "$(field "${R[$n,crontabs,get]}" qps)" "$(field "${R[$n,configmaps,get]}" qps)")," \
+      "list-namespace qps $(ratio "$(field "${R[$n,crontabs,listns]}" qps)" "$(field "${R[$n,configmaps,listns]}" qps)")," \
+      "list-all consistent latency $(ratio "$(field "${R[$n,crontabs,cons]}" p50_ms)" "$(field "${R[$n,configmaps,cons]}" p50_ms)")x," \
+      "watch p99 $(ratio "$(field "${R[$n,crontabs,watch]}" p99_ms)" "$(field "${R[$n,configmaps,watch]}" p99_ms)")x" \
+      "(create qps: ConfigMaps $(field "${R[$n,configmaps,create]}" qps), CronTabs $(field "${R[$n,crontabs,create]}" qps))"
+  done
+fi

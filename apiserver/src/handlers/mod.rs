@@ -31,7 +31,7 @@ use crate::patch::Target;
 use crate::registry::Registry;
 use crate::registry::store::{DeleteOptions, Deleted, ListOptions, Store};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::table::{IncludeObject, to_table};
+use crate::table::IncludeObject;
 use codec::Output;
 use request::RequestInfo;
 
@@ -144,7 +144,7 @@ fn respond(status: StatusCode, v: &Value, output: Output, store: &Store, q: &Que
     match output {
         Output::Table => {
             let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
-            let t = to_table(&store.res.info, v, include, true);
+            let t = crate::table::table_of(&store.res, v, include, true);
             json_response(status, &t)
         }
         other => {
@@ -167,6 +167,10 @@ pub async fn check_fields(
     let fv = FieldValidation::from_query(q)?;
     if fv == FieldValidation::Ignore {
         return Ok(Vec::new());
+    }
+    if let Some(unknown) = store.res.hooks.unknown_fields(obj) {
+        let info = &store.res.info;
+        return fv.check_unknown(info.kind, info.version, unknown, body);
     }
     openapi.rendered().await;
     let info = &store.res.info;
@@ -194,15 +198,20 @@ pub struct FieldsOf<'a> {
 impl<'a> FieldsOf<'a> {
     pub async fn new(
         openapi: &'a OpenApi,
-        store: &Store,
+        store: &'a Store,
         q: &Query,
         headers: &HeaderMap,
         subresource: Option<&'a str>,
     ) -> ApiResult<Self> {
         let info = &store.res.info;
         let manager = manager_of(q, headers)?;
-        openapi.rendered().await;
-        let meta = openapi.patch_meta(info.group, info.version, info.kind);
+        let meta = match store.res.hooks.patch_meta() {
+            Some(m) => Some(m),
+            None => {
+                openapi.rendered().await;
+                openapi.patch_meta(info.group, info.version, info.kind)
+            }
+        };
         Ok(Self { manager, api_version: info.api_version(), subresource, meta })
     }
 

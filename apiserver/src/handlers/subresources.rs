@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::codec::{self, Output};
 use super::request::RequestInfo;
 use super::{Api, BoxBody, Query, body_of, respond_with, rv_of};
+use crate::apiextensions::custom_resource;
 use crate::authn::serviceaccount::token_request;
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::store::Store;
@@ -103,7 +104,12 @@ pub async fn handle(
                         ));
                     }
                     let mut new = old.clone();
-                    new["spec"]["replicas"] = json!(replicas);
+                    match store.res.hooks.scale_paths() {
+                        Some(paths) => {
+                            custom_resource::set_at(&mut new, &paths.spec_replicas, json!(replicas))
+                        }
+                        None => new["spec"]["replicas"] = json!(replicas),
+                    }
                     Ok(new)
                 })
                 .await?;
@@ -158,8 +164,23 @@ pub async fn handle(
     }
 }
 
-/// The autoscaling/v1 Scale of a workload object.
+/// The autoscaling/v1 Scale of a workload object (or of a custom resource, at the
+/// paths its CRD names).
 fn scale_of(store: &Store, obj: &Value) -> Value {
+    if let Some(paths) = store.res.hooks.scale_paths() {
+        let int_at = |p: &str| custom_resource::lookup(obj, p).and_then(Value::as_i64).unwrap_or(0);
+        let selector = paths
+            .label_selector
+            .as_deref()
+            .and_then(|p| custom_resource::lookup(obj, p))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut status = json!({ "replicas": int_at(&paths.status_replicas) });
+        if !selector.is_empty() {
+            status["selector"] = json!(selector);
+        }
+        return scale(obj, int_at(&paths.spec_replicas), status);
+    }
     let selector = match obj["spec"]["selector"].get("matchLabels") {
         Some(Value::Object(m)) => m
             .iter()
@@ -176,6 +197,12 @@ fn scale_of(store: &Store, obj: &Value) -> Value {
             _ => String::new(),
         },
     };
+    let status = json!({ "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector });
+    scale(obj, obj["spec"]["replicas"].as_i64().unwrap_or(0), status)
+}
+
+/// An autoscaling/v1 Scale for `obj` with these replicas and status.
+fn scale(obj: &Value, replicas: i64, status: Value) -> Value {
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -186,7 +213,7 @@ fn scale_of(store: &Store, obj: &Value) -> Value {
             "resourceVersion": obj["metadata"]["resourceVersion"],
             "creationTimestamp": obj["metadata"]["creationTimestamp"],
         },
-        "spec": { "replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0) },
-        "status": { "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector },
+        "spec": { "replicas": replicas },
+        "status": status,
     })
 }

@@ -20,7 +20,7 @@ use super::{Api, BoxBody, BoxError, Query, filter_for, rv_of};
 use crate::cacher::EventType;
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::store::Store;
-use crate::table::{IncludeObject, to_table};
+use crate::table::IncludeObject;
 
 pub async fn serve(
     api: &Api,
@@ -42,8 +42,23 @@ pub async fn serve(
         }
     };
     let send_initial = send_initial_events(q, bookmarks)?;
-    let (mut events, id) = store.watch(filter, rv, bookmarks, send_initial).await?;
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(64);
+    let (mut events, id) = match store.watch(filter, rv, bookmarks, send_initial).await {
+        Ok(w) => w,
+        // A resourceVersion older than the cache's window: upstream's cacher answers with
+        // a watch that carries one ERROR event (410 Expired), not with an HTTP error, and
+        // clients relist on that event (kube-rs' watcher retries an HTTP 410 with the same
+        // resourceVersion for ever).
+        Err(e) if e.code == 410 => {
+            let mut line =
+                serde_json::to_vec(&json!({ "type": "ERROR", "object": e.to_status() })).unwrap_or_default();
+            line.push(b'\n');
+            let _ = tx.try_send(Ok(Frame::data(Bytes::from(line))));
+            drop(tx);
+            return Ok(stream_response(rx));
+        }
+        Err(e) => return Err(e),
+    };
     let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
     let watch_store = store.clone();
     tokio::spawn(async move {
@@ -59,7 +74,7 @@ pub async fn serve(
             let Some(ev) = ev else { break };
             let line = match output {
                 Output::Table if !matches!(ev.kind, EventType::Bookmark | EventType::Error) => {
-                    let t = to_table(&watch_store.res.info, &ev.obj.value(), include, first);
+                    let t = crate::table::table_of(&watch_store.res, &ev.obj.value(), include, first);
                     first = false;
                     let mut line = serde_json::to_vec(&json!({ "type": ev.kind.as_str(), "object": t }))
                         .unwrap_or_default();
@@ -86,12 +101,17 @@ pub async fn serve(
             watch_store.cacher.stop_watch(id);
         }
     });
+    Ok(stream_response(rx))
+}
+
+/// The streamed response carrying the watch's events.
+fn stream_response(rx: mpsc::Receiver<Result<Frame<Bytes>, BoxError>>) -> Response<BoxBody> {
     let body = StreamBody::new(ReceiverStream::new(rx)).boxed_unsync();
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache, private"));
-    Ok(resp)
+    resp
 }
 
 /// `sendInitialEvents=true` (a streaming list, "watch-list"): the current state as ADDED

@@ -35,6 +35,7 @@
 //! [`OpenApi::patch_meta`] answers, for a kind's fields, the patch strategy and merge key a
 //! server-side strategic merge patch needs, from the same table kubectl reads.
 
+mod custom;
 mod extensions;
 mod kinds;
 mod patch_meta;
@@ -42,6 +43,7 @@ mod paths;
 mod protobuf_v2;
 mod schemas;
 
+pub use custom::{CustomKind, patch_definitions};
 pub use patch_meta::{FieldMeta, PatchMeta};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,8 +96,22 @@ fn hex_upper(b: &[u8]) -> String {
 /// [`OpenApi::new`] starts (so neither startup nor, usually, the first client waits).
 pub struct OpenApi {
     resources: Arc<Vec<ResourceInfo>>,
+    /// The built-in resources' documents (what [`OpenApi::patch_meta`] reads).
     docs: Arc<OnceLock<Docs>>,
+    /// With custom resources served: the documents that include them, rendered again
+    /// whenever the set of custom kinds changes (see [`OpenApi::set_custom`]).
+    current: parking_lot::RwLock<Option<Arc<Rendering>>>,
 }
+
+/// The documents of the built-in resources plus a set of custom kinds.
+struct Rendering {
+    custom: Vec<CustomKind>,
+    docs: OnceLock<Docs>,
+}
+
+/// How long a change of custom kinds waits before its documents are rendered, so that a
+/// burst of CRD changes renders once.
+const CUSTOM_RENDER_DELAY: Duration = Duration::from_millis(200);
 
 /// The rendered documents.
 struct Docs {
@@ -126,7 +142,7 @@ impl OpenApi {
         let this = Self::with_resources(registry.stores.iter().map(|s| s.res.info.clone()).collect());
         let (resources, docs) = (this.resources.clone(), this.docs.clone());
         let spawned = std::thread::Builder::new().name("openapi".into()).spawn(move || {
-            docs.get_or_init(|| Docs::render(&resources));
+            docs.get_or_init(|| Docs::render(&resources, &[]));
         });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "openapi: no thread to render the documents; the first request will");
@@ -136,13 +152,44 @@ impl OpenApi {
 
     /// The documents for these resources (in discovery order), rendered on first use.
     pub fn with_resources(resources: Vec<ResourceInfo>) -> Self {
-        Self { resources: Arc::new(resources), docs: Arc::new(OnceLock::new()) }
+        Self { resources: Arc::new(resources), docs: Arc::new(OnceLock::new()), current: Default::default() }
+    }
+
+    /// Publishes these custom kinds (replacing those published before): the documents are
+    /// rendered again, on a thread of their own after a short delay, or by the first
+    /// request that needs them.
+    pub fn set_custom(&self, custom: Vec<CustomKind>) {
+        if custom.is_empty() {
+            *self.current.write() = None;
+            return;
+        }
+        let rendering = Arc::new(Rendering { custom, docs: OnceLock::new() });
+        *self.current.write() = Some(rendering.clone());
+        let resources = self.resources.clone();
+        let weak = Arc::downgrade(&rendering);
+        drop(rendering);
+        let spawned = std::thread::Builder::new().name("openapi-custom".into()).spawn(move || {
+            std::thread::sleep(CUSTOM_RENDER_DELAY);
+            // Only if still current (a newer set replaced it otherwise).
+            if let Some(r) = weak.upgrade() {
+                r.docs.get_or_init(|| Docs::render(&resources, &r.custom));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "openapi: no thread to render the documents; the first request will");
+        }
+    }
+
+    /// The documents to serve: with the custom kinds when there are any.
+    fn serving(&self) -> (Option<Arc<Rendering>>, &Docs) {
+        let current = self.current.read().clone();
+        (current, self.docs())
     }
 
     /// The documents, rendered by this caller if no one has yet (a caller that comes while
     /// another renders waits for it).
     fn docs(&self) -> &Docs {
-        self.docs.get_or_init(|| Docs::render(&self.resources))
+        self.docs.get_or_init(|| Docs::render(&self.resources, &[]))
     }
 
     /// Serves `path` (under `/openapi/`) for a request that carries only `Accept`.
@@ -168,7 +215,11 @@ impl OpenApi {
         accept: &str,
         if_none_match: Option<&str>,
     ) -> ApiResult<Response<BoxBody>> {
-        let docs = self.docs();
+        let (current, builtin) = self.serving();
+        let docs = match &current {
+            Some(r) => r.docs.get_or_init(|| Docs::render(&self.resources, &r.custom)),
+            None => builtin,
+        };
         let path = path.trim_end_matches('/');
         let (doc, gv, content_type) = match path {
             "/openapi/v2" => match negotiate(accept, "v2", true)? {
@@ -229,7 +280,7 @@ impl OpenApi {
         }
         let (resources, docs) = (self.resources.clone(), self.docs.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            docs.get_or_init(|| Docs::render(&resources));
+            docs.get_or_init(|| Docs::render(&resources, &[]));
         })
         .await;
     }
@@ -250,26 +301,36 @@ impl OpenApi {
 }
 
 impl Docs {
-    /// Renders every document for `infos` (about 80 ms for the built-in resources).
-    fn render(infos: &[ResourceInfo]) -> Self {
+    /// Renders every document for `infos` and the `custom` kinds (about 80 ms for the
+    /// built-in resources).
+    fn render(builtin: &[ResourceInfo], custom: &[CustomKind]) -> Self {
+        let infos: Vec<ResourceInfo> =
+            builtin.iter().cloned().chain(custom.iter().map(|c| c.info.clone())).collect();
+        let infos = infos.as_slice();
         let started = std::time::Instant::now();
         let mut req = schemas::Request::default();
         for info in infos {
             if !req.group_versions.contains(&(info.group, info.version)) {
                 req.group_versions.push((info.group, info.version));
             }
-            match kinds::find(info.group, info.version, info.kind) {
-                Some(k) => {
-                    if !req.resources.iter().any(|r| std::ptr::eq(*r, k)) {
-                        req.resources.push(k);
+            if custom.iter().any(|c| {
+                c.info.group == info.group && c.info.version == info.version && c.info.kind == info.kind
+            }) {
+                // Its definition comes from its CRD (below).
+            } else {
+                match kinds::find(info.group, info.version, info.kind) {
+                    Some(k) => {
+                        if !req.resources.iter().any(|r| std::ptr::eq(*r, k)) {
+                            req.resources.push(k);
+                        }
                     }
+                    None => tracing::warn!(
+                        group = info.group,
+                        version = info.version,
+                        kind = info.kind,
+                        "openapi: no Rust type for this kind"
+                    ),
                 }
-                None => tracing::warn!(
-                    group = info.group,
-                    version = info.version,
-                    kind = info.kind,
-                    "openapi: no Rust type for this kind"
-                ),
             }
             for sub in info.subresources {
                 if let Some(k) = kinds::subresource_kind(sub).and_then(|(g, v, k)| kinds::find(g, v, k))
@@ -279,7 +340,8 @@ impl Docs {
                 }
             }
         }
-        let defs = schemas::generate(&req);
+        let mut defs = schemas::generate(&req);
+        custom::add_definitions(&mut defs, custom);
 
         let mut all_paths = Vec::new();
         let mut v3 = BTreeMap::new();

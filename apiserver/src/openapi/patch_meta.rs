@@ -48,7 +48,7 @@ impl FieldMeta<'_> {
 }
 
 impl<'a> PatchMeta<'a> {
-    pub(super) fn new(definitions: &'a Map<String, Value>, name: &str) -> Option<Self> {
+    pub fn new(definitions: &'a Map<String, Value>, name: &str) -> Option<Self> {
         Some(Self { definitions, schema: definitions.get(name)? })
     }
 

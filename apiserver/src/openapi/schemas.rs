@@ -87,11 +87,11 @@ pub fn collect_refs(v: &Value, f: &mut impl FnMut(&str)) {
     }
 }
 
-fn gvk(group: &str, version: &str, kind: &str) -> Value {
+pub(super) fn gvk(group: &str, version: &str, kind: &str) -> Value {
     json!({ "group": group, "kind": kind, "version": version })
 }
 
-fn add_gvk(schema: &mut Value, entry: Value) {
+pub(super) fn add_gvk(schema: &mut Value, entry: Value) {
     let Some(o) = schema.as_object_mut() else { return };
     let list = o.entry("x-kubernetes-group-version-kind").or_insert_with(|| json!([]));
     if let Some(a) = list.as_array_mut()
@@ -112,7 +112,7 @@ fn unrequire(schema: &mut Value, field: &str) {
 }
 
 /// The list kind upstream has for every listable kind (`DeploymentList`).
-fn list_schema(kind: &str, item: &str) -> Value {
+pub(super) fn list_schema(kind: &str, item: &str) -> Value {
     json!({
         "description": format!("{kind}List is a list of {kind} objects."),
         "type": "object",
@@ -221,8 +221,16 @@ pub fn to_v3(v: &Value) -> Value {
             let mut out = Map::with_capacity(o.len());
             let mut reference = None;
             for (k, v) in o {
-                if k == "$ref" {
-                    let r = v.as_str().unwrap_or_default();
+                if k == "properties"
+                    && let Value::Object(props) = v
+                {
+                    // Field names, not keywords: JSONSchemaProps has fields named `$ref`
+                    // and `allOf`.
+                    let props = props.iter().map(|(name, s)| (name.clone(), to_v3(s))).collect();
+                    out.insert(k.clone(), Value::Object(props));
+                } else if k == "$ref"
+                    && let Some(r) = v.as_str()
+                {
                     reference = Some(match r.strip_prefix(V2_REF) {
                         Some(name) => format!("{V3_REF}{name}"),
                         None => r.to_string(),

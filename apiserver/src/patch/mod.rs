@@ -3,6 +3,7 @@
 //! read-modify-write that retries on conflicts, unless the patch itself pins a
 //! resourceVersion.
 
+mod duplicate_keys;
 pub mod strategic;
 
 use http::HeaderMap;
@@ -200,7 +201,9 @@ pub enum Patch {
     /// `application/strategic-merge-patch+json`.
     Strategic(Value),
     /// `application/apply-patch+yaml`: server-side apply of a configuration (YAML or JSON).
-    Apply(Value),
+    /// The configuration, and the keys it repeats (`line 11: key "foo" already set in
+    /// map`), which field validation judges.
+    Apply(Value, Vec<String>),
 }
 
 impl Patch {
@@ -217,7 +220,7 @@ impl Patch {
                 if !config.is_object() {
                     return Err(ApiError::bad_request("an applied configuration must be an object"));
                 }
-                return Ok(Self::Apply(config));
+                return Ok(Self::Apply(config, duplicate_keys::find(body)));
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         };
@@ -259,22 +262,30 @@ pub async fn apply_patch(
     let fields = FieldValidation::from_query(q)?;
     let info = &store.res.info;
     // The schema: for strategic merge, field validation and managed fields.
-    openapi.rendered().await;
-    let schema = openapi.patch_meta(info.group, info.version, info.kind);
+    let schema = match store.res.hooks.patch_meta() {
+        Some(m) => Some(m),
+        None => {
+            openapi.rendered().await;
+            openapi.patch_meta(info.group, info.version, info.kind)
+        }
+    };
     let api_version = info.api_version();
     let manager = Manager { name: manager, api_version: &api_version, subresource };
-    if let Patch::Apply(config) = &patch {
-        return server_side_apply(store, schema, ns, name, config, q, &manager, fields).await;
+    if let Patch::Apply(config, duplicates) = &patch {
+        return server_side_apply(store, schema, ns, name, config, duplicates, q, &manager, fields).await;
     }
     let meta = match patch {
-        Patch::Strategic(_) => Some(schema.ok_or_else(strategic_unsupported)?),
+        Patch::Strategic(_) if store.res.hooks.strategic_merge() => {
+            Some(schema.ok_or_else(strategic_unsupported)?)
+        }
+        Patch::Strategic(_) => return Err(strategic_unsupported()),
         _ => None,
     };
     // The warnings of the last attempt of the update loop.
     let warnings = parking_lot::Mutex::new(Vec::new());
     let dry = crate::handlers::dry_run(q);
     let pinned = match &patch {
-        Patch::Json(_) | Patch::Apply(_) => None,
+        Patch::Json(_) | Patch::Apply(..) => None,
         Patch::Merge(p) | Patch::Strategic(p) => {
             p["metadata"]["resourceVersion"].as_str().map(str::to_string)
         }
@@ -300,7 +311,7 @@ pub async fn apply_patch(
                     }
                     err
                 })?,
-                Patch::Apply(_) => unreachable!("applied above"),
+                Patch::Apply(..) => unreachable!("applied above"),
             };
             if let Some(rv) = &pinned
                 && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
@@ -311,7 +322,10 @@ pub async fn apply_patch(
                 return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
             }
             // The stored object has no unknown fields, so any found came with the patch.
-            *warnings.lock() = fields.check(schema, info.kind, info.version, &doc)?;
+            *warnings.lock() = match store.res.hooks.unknown_fields(&doc) {
+                Some(unknown) => fields.check_unknown(info.kind, info.version, unknown, b"")?,
+                None => fields.check(schema, info.kind, info.version, &doc)?,
+            };
             let mut doc = doc;
             fieldmanager::record_update(schema, Some(old), &mut doc, &manager);
             Ok(doc)
@@ -330,6 +344,7 @@ async fn server_side_apply(
     ns: Option<&str>,
     name: &str,
     config: &Value,
+    duplicates: &[String],
     q: &Query,
     manager: &Manager<'_>,
     fields: FieldValidation,
@@ -364,7 +379,46 @@ async fn server_side_apply(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    let warnings = fields.check(schema, info.kind, info.version, config)?;
+    let mut warnings = Vec::new();
+    for d in duplicates {
+        match fields {
+            FieldValidation::Strict => {
+                return Err(ApiError::bad_request(format!(
+                    "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  {d}"
+                )));
+            }
+            FieldValidation::Warn => warnings.push(d.clone()),
+            FieldValidation::Ignore => {}
+        }
+    }
+    let mut config = config.clone();
+    match store.res.hooks.unknown_fields(&config) {
+        // A custom resource: fields its schema lacks are refused under Strict with the
+        // message of upstream's typed conversion, else pruned (with warnings under Warn).
+        Some(unknown) if !unknown.is_empty() => {
+            if fields == FieldValidation::Strict {
+                let scope = format!("{}/{name}", ns.unwrap_or_default());
+                let listed: Vec<String> =
+                    unknown.iter().map(|f| format!(".{f}: field not declared in schema")).collect();
+                let detail = if listed.len() == 1 {
+                    listed[0].clone()
+                } else {
+                    format!("errors:\n  {}", listed.join("\n  "))
+                };
+                return Err(ApiError::bad_request(format!(
+                    "failed to create typed patch object ({scope}; {}, Kind={}): {detail}",
+                    manager.api_version, info.kind
+                )));
+            }
+            if fields == FieldValidation::Warn {
+                warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+            }
+            store.res.hooks.convert_in(&mut config);
+        }
+        Some(_) => {}
+        None => warnings.extend(fields.check(schema, info.kind, info.version, &config)?),
+    }
+    let config = &config;
     let dry = crate::handlers::dry_run(q);
     let mut base =
         json!({ "apiVersion": manager.api_version, "kind": info.kind, "metadata": { "name": name } });

@@ -36,7 +36,7 @@
 mod message;
 pub mod schema;
 pub(crate) mod wire;
-mod wkt;
+pub(crate) mod wkt;
 
 #[cfg(test)]
 mod tests;

@@ -113,6 +113,55 @@ pub fn info_of<K: k8s_openapi::Resource>(
     }
 }
 
+/// Where a resource's scale subresource (a custom resource's, from its CRD) finds its numbers (`.spec.replicas`, ...).
+#[derive(Clone, Debug)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
+}
+
+/// One `additionalPrinterColumns` entry.
+#[derive(Clone, Debug)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub kind: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+/// Interns a name known only at run time (a custom resource's), so that it can live in a
+/// [`ResourceInfo`] beside the built-in names: each distinct string is allocated once for
+/// the life of the process, which bounds what repeated CRD updates cost.
+pub fn intern(s: &str) -> &'static str {
+    static NAMES: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut names = NAMES.lock();
+    if let Some(n) = names.get(s) {
+        return n;
+    }
+    let n: &'static str = Box::leak(s.to_string().into_boxed_str());
+    names.insert(n);
+    n
+}
+
+/// [`intern`] for a list of names.
+pub fn intern_list(items: &[String]) -> &'static [&'static str] {
+    static LISTS: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashSet<&'static [&'static str]>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let interned: Vec<&'static str> = items.iter().map(|s| intern(s)).collect();
+    let mut lists = LISTS.lock();
+    if let Some(l) = lists.get(interned.as_slice()) {
+        return l;
+    }
+    let l: &'static [&'static str] = Box::leak(interned.into_boxed_slice());
+    lists.insert(l);
+    l
+}
+
 /// Per-resource behaviour the generic store calls. Every hook has a do-nothing default.
 pub trait Hooks: Send + Sync + 'static {
     /// What upstream's conversion from the served version into its internal type does
@@ -192,6 +241,12 @@ pub trait Hooks: Send + Sync + 'static {
         &[]
     }
 
+    /// Whether finalizer names follow the built-in kinds' rule (a name without a `/` must
+    /// be a standard one); the apiextensions kinds only ask for qualified names.
+    fn kube_finalizers(&self) -> bool {
+        true
+    }
+
     /// How object names are checked.
     fn name_rule(&self) -> NameRule {
         NameRule::Subdomain
@@ -237,6 +292,41 @@ pub trait Hooks: Send + Sync + 'static {
     fn served_to_stored(&self, obj: Value) -> Value {
         obj
     }
+
+    /// The fields of a written object its schema does not declare, for field validation;
+    /// None leaves it to the OpenAPI definitions of the built-in kinds.
+    fn unknown_fields(&self, _obj: &Value) -> Option<Vec<String>> {
+        None
+    }
+
+    /// The schema of the kind's fields for field ownership, field validation of patches
+    /// and server-side apply, when the kind's own (a custom resource's); None for the
+    /// built-in kinds, whose schemas are the OpenAPI documents'.
+    fn patch_meta(&self) -> Option<crate::openapi::PatchMeta<'_>> {
+        None
+    }
+
+    /// Whether `application/strategic-merge-patch+json` is served (not for custom
+    /// resources, as upstream: 415).
+    fn strategic_merge(&self) -> bool {
+        true
+    }
+
+    /// Where the `scale` subresource reads and writes replicas; None for the built-in
+    /// workload kinds (`spec.replicas`, `status.replicas`, `spec.selector`).
+    fn scale_paths(&self) -> Option<&ScalePaths> {
+        None
+    }
+
+    /// The Table columns after Name; None for the built-in kinds' printers.
+    fn printer_columns(&self) -> Option<&[PrinterColumn]> {
+        None
+    }
+
+    /// Whether an update moves `metadata.generation` on (for kinds that track it).
+    fn generation_changed(&self, new: &Value, old: &Value) -> bool {
+        new.get("spec") != old.get("spec")
+    }
 }
 
 /// Copies `field` of `from` into `to` (or removes it from `to` when `from` has none).
@@ -257,16 +347,16 @@ pub struct Resource {
     pub info: ResourceInfo,
     /// Decodes JSON into the resource's Rust type and back: unknown fields are dropped and
     /// wrongly typed ones refused (400), as upstream's decoder does.
-    pub normalize: fn(Value) -> ApiResult<Value>,
+    pub normalize: Box<dyn Fn(Value) -> ApiResult<Value> + Send + Sync>,
     pub hooks: Box<dyn Hooks>,
 }
 
 impl Resource {
     pub fn new<K>(info: ResourceInfo, hooks: impl Hooks) -> Arc<Self>
     where
-        K: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource,
+        K: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource + 'static,
     {
-        Arc::new(Self { info, normalize: normalize::<K>, hooks: Box::new(hooks) })
+        Arc::new(Self { info, normalize: Box::new(normalize::<K>), hooks: Box::new(hooks) })
     }
 }
 

@@ -536,11 +536,16 @@ impl Store {
             None => self.res.hooks.prepare_for_update(&mut new, old),
         }
         self.res.hooks.default(&mut new);
-        if self.res.hooks.tracks_generation() && new.get("spec") != old.get("spec") {
+        if self.res.hooks.tracks_generation() && self.res.hooks.generation_changed(&new, old) {
             let g = meta(old)["generation"].as_i64().unwrap_or(1) + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
         }
-        let mut errs = validation::object_meta(&new, self.info().namespaced, self.res.hooks.name_rule());
+        let mut errs = validation::object_meta(
+            &new,
+            self.info().namespaced,
+            self.res.hooks.name_rule(),
+            self.res.hooks.kube_finalizers(),
+        );
         errs.extend(validation::object_meta_update(&new, old));
         errs.extend(self.res.hooks.validate(&new));
         errs.extend(self.res.hooks.validate_update(&new, old));
@@ -635,7 +640,12 @@ impl Store {
             if changed {
                 self.res.hooks.default(obj);
             }
-            let mut errs = validation::object_meta(obj, self.info().namespaced, self.res.hooks.name_rule());
+            let mut errs = validation::object_meta(
+                obj,
+                self.info().namespaced,
+                self.res.hooks.name_rule(),
+                self.res.hooks.kube_finalizers(),
+            );
             errs.extend(self.res.hooks.validate(obj));
             if op == Operation::Create {
                 errs.extend(self.res.hooks.validate_create(obj));

@@ -37,6 +37,11 @@ struct Args {
     /// Namespaces the pods are spread over (bench-0 … bench-N-1).
     #[arg(long, default_value_t = 100)]
     namespaces: usize,
+    /// What to create, get and list: `pods`, `configmaps`, or `crontabs` (custom resources
+    /// of the `crontabs.stable.example.com` CRD hack/bench/apiserver.sh creates). The
+    /// objects are named bench-pod-N whatever their kind.
+    #[arg(long, default_value = "pods")]
+    resource: Resource,
     #[command(subcommand)]
     phase: Phase,
 }
@@ -66,6 +71,62 @@ enum Phase {
         #[arg(long, default_value_t = 5)]
         times: usize,
     },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Resource {
+    Pods,
+    Configmaps,
+    Crontabs,
+}
+
+impl Resource {
+    /// The group-version prefix and the resource's name in URLs.
+    fn path(self) -> (&'static str, &'static str) {
+        match self {
+            Resource::Pods => ("/api/v1", "pods"),
+            Resource::Configmaps => ("/api/v1", "configmaps"),
+            Resource::Crontabs => ("/apis/stable.example.com/v1", "crontabs"),
+        }
+    }
+
+    /// All objects (`/api/v1/pods`).
+    fn all(self) -> String {
+        let (gv, r) = self.path();
+        format!("{gv}/{r}")
+    }
+
+    /// The objects of namespace `ns`.
+    fn in_ns(self, ns: &str) -> String {
+        let (gv, r) = self.path();
+        format!("{gv}/namespaces/{ns}/{r}")
+    }
+
+    /// Object `i` and its namespace.
+    fn object(self, i: usize, namespaces: usize) -> (String, Bytes) {
+        match self {
+            Resource::Pods => pod(i, namespaces),
+            Resource::Configmaps | Resource::Crontabs => {
+                let ns = format!("bench-{}", i % namespaces);
+                let meta = serde_json::json!({
+                    "name": format!("bench-pod-{i}"),
+                    "namespace": ns,
+                    "labels": {"app": "bench", "shard": (i % 10).to_string()},
+                });
+                let body = match self {
+                    Resource::Configmaps => serde_json::json!({
+                        "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                        "data": {"cronSpec": "*/5 * * * *", "image": "registry.k8s.io/pause:3.10", "replicas": "3"},
+                    }),
+                    _ => serde_json::json!({
+                        "apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": meta,
+                        "spec": {"cronSpec": "*/5 * * * *", "image": "registry.k8s.io/pause:3.10", "replicas": 3},
+                    }),
+                };
+                (ns, Bytes::from(body.to_string()))
+            }
+        }
+    }
 }
 
 type Sender = SendRequest<Full<Bytes>>;
@@ -197,6 +258,7 @@ async fn ensure_namespaces(c: &mut Client, n: usize) -> anyhow::Result<()> {
 /// of its create request to the event's arrival.
 async fn watch(
     mut c: Client,
+    resource: Resource,
     rv: String,
     started: Arc<Mutex<HashMap<String, Instant>>>,
     rec: Arc<Recorder>,
@@ -204,7 +266,7 @@ async fn watch(
     seen: Arc<AtomicUsize>,
 ) -> anyhow::Result<()> {
     c.tx.ready().await?;
-    let path = format!("/api/v1/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true");
+    let path = format!("{}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true", resource.all());
     let resp = c.tx.send_request(c.request("GET", &path, Bytes::new())).await?;
     anyhow::ensure!(resp.status().is_success(), "watch: {}", resp.status());
     let mut body = resp.into_body();
@@ -240,7 +302,7 @@ async fn create(
 ) -> anyhow::Result<()> {
     let mut admin = Client::connect(args, tls.clone()).await?;
     ensure_namespaces(&mut admin, args.namespaces).await?;
-    let list = admin.call("GET", "/api/v1/pods?limit=1", Bytes::new()).await?;
+    let list = admin.call("GET", &format!("{}?limit=1", args.resource.all()), Bytes::new()).await?;
     let rv = serde_json::from_slice::<serde_json::Value>(&list)?["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or("0")
@@ -254,6 +316,7 @@ async fn create(
         let c = Client::connect(args, tls.clone()).await?;
         watch_tasks.push(tokio::spawn(watch(
             c,
+            args.resource,
             rv.clone(),
             started.clone(),
             rec.clone(),
@@ -267,17 +330,17 @@ async fn create(
     for _ in 0..args.clients {
         let mut c = Client::connect(args, tls.clone()).await?;
         let (rec, next, started) = (rec.clone(), next.clone(), started.clone());
-        let namespaces = args.namespaces;
+        let (namespaces, resource) = (args.namespaces, args.resource);
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= start + pods {
                     return anyhow::Ok(());
                 }
-                let (ns, body) = pod(i, namespaces);
+                let (ns, body) = resource.object(i, namespaces);
                 let t = Instant::now();
                 started.lock().insert(format!("bench-pod-{i}"), t);
-                c.call("POST", &format!("/api/v1/namespaces/{ns}/pods"), body).await?;
+                c.call("POST", &resource.in_ns(&ns), body).await?;
                 rec.record("create", t.elapsed());
             }
         }));
@@ -313,7 +376,7 @@ async fn read(args: &Args, tls: Arc<rustls::ClientConfig>, seconds: u64, pods: u
     for w in 0..args.clients {
         let mut c = Client::connect(args, tls.clone()).await?;
         let rec = rec.clone();
-        let namespaces = args.namespaces;
+        let (namespaces, resource) = (args.namespaces, args.resource);
         tasks.push(tokio::spawn(async move {
             let mut x = (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let mut n = 0u64;
@@ -325,11 +388,10 @@ async fn read(args: &Args, tls: Arc<rustls::ClientConfig>, seconds: u64, pods: u
                 let ns = format!("bench-{}", i % namespaces);
                 let t = Instant::now();
                 if n.is_multiple_of(2) {
-                    c.call("GET", &format!("/api/v1/namespaces/{ns}/pods/bench-pod-{i}"), Bytes::new())
-                        .await?;
+                    c.call("GET", &format!("{}/bench-pod-{i}", resource.in_ns(&ns)), Bytes::new()).await?;
                     rec.record("get", t.elapsed());
                 } else {
-                    c.call("GET", &format!("/api/v1/namespaces/{ns}/pods"), Bytes::new()).await?;
+                    c.call("GET", &resource.in_ns(&ns), Bytes::new()).await?;
                     rec.record("list-namespace", t.elapsed());
                 }
                 n += 1;
@@ -351,16 +413,18 @@ async fn list_all(args: &Args, tls: Arc<rustls::ClientConfig>, times: usize) -> 
     let mut items = 0;
     for _ in 0..times {
         let t = Instant::now();
-        let b = c.call("GET", "/api/v1/pods?resourceVersion=0", Bytes::new()).await?;
+        let b = c.call("GET", &format!("{}?resourceVersion=0", args.resource.all()), Bytes::new()).await?;
         rec.record("list-all-rv0", t.elapsed());
         items = serde_json::from_slice::<serde_json::Value>(&b)?["items"].as_array().map_or(0, Vec::len);
         let t = Instant::now();
-        c.call("GET", "/api/v1/pods", Bytes::new()).await?;
+        c.call("GET", &args.resource.all(), Bytes::new()).await?;
         rec.record("list-all", t.elapsed());
         let t = Instant::now();
         let mut cont = String::new();
         loop {
-            let b = c.call("GET", &format!("/api/v1/pods?limit=500&continue={cont}"), Bytes::new()).await?;
+            let b = c
+                .call("GET", &format!("{}?limit=500&continue={cont}", args.resource.all()), Bytes::new())
+                .await?;
             let v: serde_json::Value = serde_json::from_slice(&b)?;
             cont = v["metadata"]["continue"].as_str().unwrap_or_default().to_string();
             if cont.is_empty() {

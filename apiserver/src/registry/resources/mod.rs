@@ -43,5 +43,6 @@ pub fn all() -> Vec<Arc<Resource>> {
     out.extend(certificates::resources());
     out.extend(flowcontrol::resources());
     out.extend(admissionregistration::resources());
+    out.push(crate::apiextensions::crd::resource());
     out
 }

@@ -1,0 +1,423 @@
+//! CustomResourceDefinitions on our kube-apiserver, driven by kubectl and kube-rs: the
+//! CronTab CRD of upstream's documentation (two versions, a CEL rule, a default, printer
+//! columns, status and scale), then its objects through every path a user takes, and the
+//! CRD's deletion taking its objects with it.
+
+use std::time::Duration;
+
+use e2e::apiserver::KubeApiserver;
+use e2e::{Etcd, EtcdOptions, wait_for};
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: crontabs.stable.example.com
+spec:
+  group: stable.example.com
+  scope: Namespaced
+  names: {plural: crontabs, singular: crontab, kind: CronTab, shortNames: [ct]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            description: The schedule and the image to run.
+            x-kubernetes-validations:
+            - rule: "self.replicas <= self.maxReplicas"
+              message: "replicas must be at most maxReplicas"
+            properties:
+              cronSpec: {type: string, description: "When to run, in cron syntax."}
+              image: {type: string}
+              replicas: {type: integer, minimum: 0, default: 1}
+              maxReplicas: {type: integer, default: 5}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+              labelSelector: {type: string}
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.labelSelector}
+    additionalPrinterColumns:
+    - {name: Spec, type: string, jsonPath: .spec.cronSpec}
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+  - name: v2
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn crontab(name: &str, spec: &str) -> String {
+    format!("apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {{name: {name}}}\nspec: {spec}\n")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn establish(api: &KubeApiserver) {
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], CRD);
+    assert!(out.status.success(), "{}", stderr(&out));
+    api.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/crontabs.stable.example.com",
+        "--timeout=30s",
+    ]);
+    // Served (discovery and the resource) once established.
+    wait_for("crontabs served", Duration::from_secs(30), Duration::from_millis(200), || {
+        api.kubectl(&["get", "crontabs"]).status.success().then_some(())
+    });
+}
+
+#[test]
+fn crontab_crd_with_kubectl() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    establish(&api);
+
+    let crd = api.kubectl_ok(&["get", "crd", "crontabs.stable.example.com", "-o", "json"]);
+    let crd: serde_json::Value = serde_json::from_str(&crd).unwrap();
+    let conditions: Vec<(String, String)> = crd["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(conditions.contains(&("NamesAccepted".into(), "True".into())), "{conditions:?}");
+    assert!(conditions.contains(&("Established".into(), "True".into())), "{conditions:?}");
+    assert_eq!(crd["status"]["acceptedNames"]["kind"], "CronTab");
+    assert_eq!(crd["status"]["storedVersions"], serde_json::json!(["v1"]));
+    assert_eq!(
+        crd["metadata"]["finalizers"],
+        serde_json::json!(["customresourcecleanup.apiextensions.k8s.io"])
+    );
+
+    // The CRD's status strategy: a status write keeps spec, labels and annotations.
+    let mut write = crd.clone();
+    write["spec"]["names"]["shortNames"] = serde_json::json!(["changed"]);
+    write["metadata"]["labels"] = serde_json::json!({"l": "2"});
+    write["status"]["storedVersions"] = serde_json::json!(["v1"]);
+    let (code, body) = api.request(
+        "PUT",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/crontabs.stable.example.com/status",
+        &["Content-Type: application/json"],
+        Some(write.to_string().as_bytes()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let after: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(after["spec"]["names"]["shortNames"], serde_json::json!(["ct"]));
+    assert!(after["metadata"]["labels"].is_null(), "{}", after["metadata"]);
+
+    // Discovery: short name and both versions.
+    let resources = api.kubectl_ok(&["api-resources", "--api-group=stable.example.com"]);
+    assert!(resources.contains("crontabs") && resources.contains("ct"), "{resources}");
+    let v2 = api.kubectl_ok(&["get", "--raw", "/apis/stable.example.com/v2"]);
+    assert!(v2.contains("\"crontabs\""), "{v2}");
+
+    // A watch started now sees everything below.
+    let mut watch = api.kubectl_spawn(&["get", "crontabs", "--watch", "-o", "name"]);
+
+    // Create: the default is applied; printer columns in `kubectl get`.
+    let out = api
+        .kubectl_stdin(&["apply", "-f", "-"], &crontab("daily", "{cronSpec: '0 0 * * *', image: busybox}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = api.kubectl_ok(&["get", "crontabs"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SPEC", "REPLICAS", "AGE"], "{table}");
+    assert!(table.lines().nth(1).unwrap().contains("0 0 * * *"), "{table}");
+    assert_eq!(api.kubectl_ok(&["get", "ct", "daily", "-o", "jsonpath={.spec.replicas}"]), "1");
+
+    // kubectl explain reads the published schema.
+    let explain = api.kubectl_ok(&["explain", "crontab.spec"]);
+    assert!(explain.contains("cronSpec") && explain.contains("When to run, in cron syntax."), "{explain}");
+
+    // The CEL rule refuses, with its message.
+    let out =
+        api.kubectl_stdin(&["apply", "-f", "-"], &crontab("big", "{cronSpec: '* * * * *', replicas: 9}"));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec: Invalid value: \"object\": replicas must be at most maxReplicas"),
+        "{}",
+        stderr(&out)
+    );
+    // Schema validation: a wrong type.
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], &crontab("typed", "{cronSpec: 5}"));
+    assert!(
+        stderr(&out).contains("spec.cronSpec in body must be of type string: \"integer\""),
+        "{}",
+        stderr(&out)
+    );
+
+    // Unknown fields: refused under strict validation (kubectl's default), pruned without.
+    let bogus = crontab("bogus", "{cronSpec: '* * * * *', bogus: 1}");
+    let out = api.kubectl_stdin(&["apply", "--validate=strict", "-f", "-"], &bogus);
+    assert!(stderr(&out).contains("unknown field \"spec.bogus\""), "{}", stderr(&out));
+    let out = api.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], &bogus);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spec = api.kubectl_ok(&["get", "ct", "bogus", "-o", "jsonpath={.spec}"]);
+    assert!(!spec.contains("bogus"), "{spec}");
+
+    // Scale through /scale; status through /status.
+    api.kubectl_ok(&["scale", "crontab", "daily", "--replicas=3"]);
+    assert_eq!(api.kubectl_ok(&["get", "ct", "daily", "-o", "jsonpath={.spec.replicas}"]), "3");
+    api.kubectl_ok(&[
+        "patch",
+        "ct",
+        "daily",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":2,"labelSelector":"app=cron"}}"#,
+    ]);
+    let scale = api.kubectl_ok(&[
+        "get",
+        "--raw",
+        "/apis/stable.example.com/v1/namespaces/default/crontabs/daily/scale",
+    ]);
+    let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(
+        (scale["spec"]["replicas"].as_i64(), scale["status"]["replicas"].as_i64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(scale["status"]["selector"], "app=cron");
+    // A status write through the main resource is ignored (status is a subresource).
+    api.kubectl_ok(&["patch", "ct", "daily", "--type=merge", "-p", r#"{"status":{"replicas":7}}"#]);
+    assert_eq!(api.kubectl_ok(&["get", "ct", "daily", "-o", "jsonpath={.status.replicas}"]), "2");
+    // Strategic merge patch is not served for custom resources (415), as upstream.
+    let out = api.kubectl(&["patch", "ct", "daily", "--type=strategic", "-p", r#"{"spec":{"image":"x"}}"#]);
+    assert!(stderr(&out).contains("strategic-merge-patch+json is not supported"), "{}", stderr(&out));
+
+    // Server-side apply by two managers conflicts on the field, not the whole spec.
+    let ssa = |manager: &str, image: &str| {
+        api.kubectl_stdin(
+            &["apply", "--server-side", &format!("--field-manager={manager}"), "-f", "-"],
+            &crontab("ssa", &format!("{{cronSpec: '1 * * * *', image: {image}}}")),
+        )
+    };
+    assert!(ssa("first", "a").status.success());
+    let out = ssa("second", "b");
+    assert!(
+        stderr(&out).contains("conflict with \"first\"") && stderr(&out).contains(".spec.image"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Written at v1, read at v2 (the None conversion changes only apiVersion), and back.
+    let at_v2 =
+        api.kubectl_ok(&["get", "--raw", "/apis/stable.example.com/v2/namespaces/default/crontabs/daily"]);
+    let at_v2: serde_json::Value = serde_json::from_str(&at_v2).unwrap();
+    assert_eq!(
+        (at_v2["apiVersion"].as_str(), at_v2["spec"]["replicas"].as_i64()),
+        (Some("stable.example.com/v2"), Some(3))
+    );
+    let (code, body) = api.request(
+        "POST",
+        "/apis/stable.example.com/v2/namespaces/default/crontabs",
+        &["Content-Type: application/json"],
+        Some(br#"{"apiVersion":"stable.example.com/v2","kind":"CronTab","metadata":{"name":"from-v2"},"spec":{"cronSpec":"2 * * * *"}}"#),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        api.kubectl_ok(&["get", "ct", "from-v2", "-o", "jsonpath={.apiVersion}"]),
+        "stable.example.com/v1"
+    );
+    let stored = etcd.etcdctl_ok(&[
+        "get",
+        "/registry/stable.example.com/crontabs/default/from-v2",
+        "--print-value-only",
+    ]);
+    assert!(stored.contains("\"apiVersion\":\"stable.example.com/v1\""), "{stored}");
+
+    // The watch saw the creations and the changes (one line per event).
+    let lines = watch.read_lines(6, Duration::from_secs(20)).to_vec();
+    let count =
+        |name: &str| lines.iter().filter(|l| *l == &format!("crontab.stable.example.com/{name}")).count();
+    assert!(count("daily") >= 3 && count("bogus") == 1 && count("ssa") == 1, "{lines:?}");
+    drop(watch);
+
+    // Deleting the CRD deletes its objects, then the CRD; nothing is left in etcd.
+    api.kubectl_ok(&["delete", "crd", "crontabs.stable.example.com", "--timeout=60s"]);
+    let left = api.kubectl(&["get", "crd", "crontabs.stable.example.com"]);
+    assert!(!left.status.success());
+    let keys = etcd.etcdctl_ok(&["get", "--prefix", "--keys-only", "/registry/stable.example.com/"]);
+    assert!(keys.trim().is_empty(), "{keys}");
+    let out = api.kubectl(&["get", "--raw", "/apis/stable.example.com/v1"]);
+    assert!(!out.status.success(), "the group is still served");
+}
+
+#[test]
+fn crd_validation_and_naming() {
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let crd = |name: &str, group: &str, plural: &str, kind: &str, extra: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {name}}}\nspec:\n  group: {group}\n  scope: Cluster\n  names: {{plural: {plural}, kind: {kind}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n{extra}"
+        )
+    };
+    // Name must be plural.group; group needs a dot; a rule must compile; a field needs a type.
+    let cases = [
+        (
+            crd("wrong.a.example.com", "a.example.com", "things", "Thing", ""),
+            "must be spec.names.plural+\".\"+spec.group",
+        ),
+        (crd("things.nodot", "nodot", "things", "Thing", ""), "should be a domain with at least one dot"),
+        (
+            crd(
+                "things.b.example.com",
+                "b.example.com",
+                "things",
+                "Thing",
+                "        x-kubernetes-validations: [{rule: 'self.a <'}]\n",
+            ),
+            "compilation failed",
+        ),
+        (
+            crd(
+                "things.c.example.com",
+                "c.example.com",
+                "things",
+                "Thing",
+                "        properties:\n          spec: {description: untyped}\n",
+            ),
+            "must not be empty for specified object fields",
+        ),
+    ];
+    for (doc, message) in cases {
+        let out = api.kubectl_stdin(&["create", "-f", "-"], &doc);
+        assert!(!out.status.success() && stderr(&out).contains(message), "{message}: {}", stderr(&out));
+    }
+    // Two CRDs of one group wanting one kind: the second's names are not accepted.
+    let first = crd("things.d.example.com", "d.example.com", "things", "Thing", "");
+    let second = crd("others.d.example.com", "d.example.com", "others", "Thing", "");
+    for doc in [&first, &second] {
+        let out = api.kubectl_stdin(&["create", "-f", "-"], doc);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    api.kubectl_ok(&["wait", "--for=condition=Established", "crd/things.d.example.com", "--timeout=30s"]);
+    let reason =
+        wait_for("the conflict reported", Duration::from_secs(30), Duration::from_millis(200), || {
+            let r = api.kubectl_ok(&[
+                "get",
+                "crd",
+                "others.d.example.com",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"NamesAccepted\")].reason}",
+            ]);
+            (!r.is_empty()).then_some(r)
+        });
+    // Both want the singular "thing" (from the kind) first: upstream checks plural, singular,
+    // short names, kind, then list kind.
+    assert_eq!(reason, "SingularConflict");
+}
+
+/// kube-rs as its users write it: `#[derive(CustomResource)]`, the CRD it generates,
+/// and `Api::<CronTab>` for create, get, list, apply, status, watch and delete.
+mod kube_rs {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::CustomResourceExt;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use kube::runtime::watcher;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+
+    #[derive(kube::CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(group = "batch.example.com", version = "v1", kind = "CronTab", namespaced)]
+    #[kube(status = "CronTabStatus", shortname = "ct")]
+    pub struct CronTabSpec {
+        pub cron_spec: String,
+        pub image: String,
+        pub replicas: i32,
+    }
+
+    #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+    pub struct CronTabStatus {
+        pub active: i32,
+    }
+
+    #[test]
+    fn derived_custom_resource_round_trips() {
+        let etcd = Etcd::start(EtcdOptions::default());
+        let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+        let rt = e2e::runtime();
+        rt.block_on(async {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&api.kubeconfig).expect("kubeconfig");
+            let config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("config");
+            let client = kube::Client::try_from(config).expect("client");
+            let crds: Api<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            > = Api::all(client.clone());
+            crds.create(&PostParams::default(), &CronTab::crd()).await.expect("create the CRD");
+            let tabs: Api<CronTab> = Api::namespaced(client.clone(), "default");
+            // Served once established.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while tabs.list(&ListParams::default()).await.is_err() {
+                assert!(std::time::Instant::now() < deadline, "crontabs never served");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let mut events = watcher(tabs.clone(), watcher::Config::default()).boxed();
+            loop {
+                if let watcher::Event::InitDone = events.try_next().await.expect("watch").expect("open") {
+                    break;
+                }
+            }
+
+            let spec = CronTabSpec { cron_spec: "* * * * *".into(), image: "busybox".into(), replicas: 1 };
+            let created = tabs
+                .create(&PostParams::default(), &CronTab::new("one", spec.clone()))
+                .await
+                .expect("create");
+            assert_eq!(created.spec, spec);
+            let got = tabs.get("one").await.expect("get");
+            assert_eq!(got.spec.image, "busybox");
+            assert_eq!(tabs.list(&ListParams::default()).await.expect("list").items.len(), 1);
+
+            // Server-side apply and a status write.
+            let applied = serde_json::json!({
+                "apiVersion": "batch.example.com/v1", "kind": "CronTab",
+                "metadata": {"name": "one"},
+                "spec": {"cronSpec": "* * * * *", "image": "alpine", "replicas": 2},
+            });
+            let params = PatchParams::apply("e2e").force();
+            let out = tabs.patch("one", &params, &Patch::Apply(&applied)).await.expect("apply");
+            assert_eq!((out.spec.image.as_str(), out.spec.replicas), ("alpine", 2));
+            let status = serde_json::json!({"status": {"active": 3}});
+            let out = tabs
+                .patch_status("one", &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .expect("status");
+            assert_eq!(out.status, Some(CronTabStatus { active: 3 }));
+
+            tabs.delete("one", &DeleteParams::default()).await.expect("delete");
+            // The watch saw the object come, change and go.
+            let mut seen = Vec::new();
+            while !seen.iter().any(|e: &String| e.starts_with("delete")) {
+                let ev = tokio::time::timeout(Duration::from_secs(20), events.try_next())
+                    .await
+                    .expect("watch event in time")
+                    .expect("watch")
+                    .expect("open");
+                match ev {
+                    watcher::Event::Apply(o) => seen.push(format!("apply {}", o.spec.image)),
+                    watcher::Event::Delete(o) => seen.push(format!("delete {}", o.spec.image)),
+                    _ => {}
+                }
+            }
+            assert_eq!(seen.first().map(String::as_str), Some("apply busybox"), "{seen:?}");
+            assert!(seen.contains(&"apply alpine".to_string()), "{seen:?}");
+        });
+    }
+}
