@@ -86,6 +86,19 @@ fn virtual_in<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'st
     VIRTUAL.iter().filter(move |v| v.group == group && v.version == version)
 }
 
+/// The group versions this server serves itself (not those of CustomResourceDefinitions),
+/// the virtual resources' included: what gets a local APIService.
+pub fn built_in_group_versions(registry: &Registry) -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    let stores = registry.stores.iter().map(|s| (s.res.info.group, s.res.info.version));
+    for gv in stores.chain(VIRTUAL.iter().map(|v| (v.group, v.version))) {
+        if !out.contains(&gv) {
+            out.push(gv);
+        }
+    }
+    out
+}
+
 /// The served groups: the registry's, then those only virtual resources make up.
 fn all_groups(registry: &Registry) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut groups = registry.groups();

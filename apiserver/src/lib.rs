@@ -21,6 +21,7 @@
 //! to every watcher.
 
 pub mod admission;
+pub mod aggregator;
 pub mod apiextensions;
 pub mod audit;
 pub mod authn;
@@ -162,6 +163,8 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         )
         .run(),
     );
+    // kube-aggregator's autoregister and availability controllers.
+    tokio::spawn(aggregator::run(registry.clone()));
     // Upstream's post-start hook `start-cluster-authentication-info-controller`.
     tokio::spawn(cluster_authentication::run(registry.clone(), cfg.authentication.clone()));
 

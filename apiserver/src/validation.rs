@@ -929,3 +929,52 @@ mod tests {
         assert!(finalizer_name("f", "example.com/custom").is_empty());
     }
 }
+
+/// Upstream's `apiequality.Semantic.DeepEqual` on typed objects, for JSON: a field set to
+/// its type's zero value (`false`, `0`, `""`, an empty list or map, null) equals the
+/// field left out. A protobuf client writes Go's zero values (`stdinOnce: false`) that a
+/// JSON client leaves out, and both mean the same object.
+pub fn semantically_equal(a: &Value, b: &Value) -> bool {
+    fn is_zero(v: &Value) -> bool {
+        match v {
+            Value::Null => true,
+            Value::Bool(b) => !b,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.values().all(is_zero),
+        }
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().all(|k| match (x.get(k), y.get(k)) {
+                (Some(p), Some(q)) => semantically_equal(p, q),
+                (Some(p), None) | (None, Some(p)) => is_zero(p),
+                (None, None) => true,
+            })
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| semantically_equal(p, q))
+        }
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b || (is_zero(a) && is_zero(b)),
+    }
+}
+
+#[cfg(test)]
+mod semantic_tests {
+    use serde_json::json;
+
+    use super::semantically_equal;
+
+    #[test]
+    fn zero_values_equal_absent_fields() {
+        let json_client = json!({"name": "d", "stdin": true, "resources": {}});
+        let protobuf_client = json!({"name": "d", "stdin": true, "stdinOnce": false, "tty": false, "resources": {"limits": {}}});
+        assert!(semantically_equal(&json_client, &protobuf_client));
+        assert!(!semantically_equal(&json_client, &json!({"name": "d", "stdin": false})));
+        assert!(!semantically_equal(&json!({"command": ["a"]}), &json!({"command": ["a", "b"]})));
+        assert!(semantically_equal(&json!({"n": 1}), &json!({"n": 1.0})));
+    }
+}

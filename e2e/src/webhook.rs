@@ -1,6 +1,6 @@
-//! An HTTPS admission webhook for tests: a hyper server on its own loopback address with a
-//! serving certificate from a [`TestCa`], answering `admission.k8s.io/v1` AdmissionReviews
-//! with whatever the test's handler decides. It runs on its own tokio runtime so that
+//! An HTTPS webhook for tests: a hyper server on its own loopback address with a serving
+//! certificate from a [`TestCa`], answering AdmissionReviews (`admission.k8s.io`) and
+//! ConversionReviews (`apiextensions.k8s.io`) with whatever the test's handler decides. It runs on its own tokio runtime so that
 //! [`WebhookServer::stop`] closes the listener and every kept-alive connection at once, as
 //! a crashed webhook would.
 
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::certs::TestCa;
 
-/// Largest AdmissionReview the server reads.
+/// Largest review the server reads.
 const MAX_BODY: usize = 4 << 20;
 
 /// Decides one review: given the request path and the review's `request`, returns its
@@ -124,8 +124,10 @@ async fn serve(
     let mut response = handler(&path, request);
     response["uid"] = request["uid"].clone();
     calls.fetch_add(1, Ordering::SeqCst);
+    // The review comes back as the kind and version it was sent in.
     let api_version = review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1");
-    let out = json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response});
+    let kind = review["kind"].as_str().unwrap_or("AdmissionReview");
+    let out = json!({"apiVersion": api_version, "kind": kind, "response": response});
     reply(StatusCode::OK, out.to_string().into())
 }
 

@@ -421,3 +421,328 @@ mod kube_rs {
         });
     }
 }
+
+/// The conversion webhook of the test below: `v1` holds `hostPort: "host:port"`, `v2`
+/// holds `host` and `port` (the shape of upstream's conformance spec). `/fail` refuses.
+fn convert_hosts(path: &str, request: &serde_json::Value) -> serde_json::Value {
+    use serde_json::json;
+    if path == "/fail" {
+        return json!({"result": {"status": "Failure", "message": "conversion refused by the test"}});
+    }
+    let to = request["desiredAPIVersion"].as_str().unwrap_or_default().to_string();
+    let objects: Vec<serde_json::Value> = request["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let mut o = o.clone();
+            let from = o["apiVersion"].as_str().unwrap_or_default().to_string();
+            let fields = o.as_object_mut().expect("an object");
+            if from.ends_with("/v1") && to.ends_with("/v2") {
+                let hp = fields
+                    .remove("hostPort")
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let (host, port) = hp.split_once(':').unwrap_or((&hp, ""));
+                fields.insert("host".into(), json!(host));
+                fields.insert("port".into(), json!(port));
+            } else if from.ends_with("/v2") && to.ends_with("/v1") {
+                let host =
+                    fields.remove("host").and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let port =
+                    fields.remove("port").and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                fields.insert("hostPort".into(), json!(format!("{host}:{port}")));
+            }
+            fields.insert("apiVersion".into(), json!(to));
+            o
+        })
+        .collect();
+    json!({"convertedObjects": objects, "result": {"status": "Success"}})
+}
+
+/// `spec.conversion.strategy: Webhook`: objects written in one version and read in the
+/// other go through the CRD's webhook (get, list of objects stored in both versions,
+/// watch, a storage version change); a failing or unreachable webhook fails the request
+/// with upstream's error, while reads that need no conversion still work.
+#[test]
+fn crd_conversion_webhook() {
+    use base64::Engine;
+    use e2e::certs::TestCa;
+    use e2e::webhook::WebhookServer;
+    use serde_json::Value;
+
+    let ca = TestCa::new("e2e conversion webhook CA");
+    let mut hook = WebhookServer::start(&ca, convert_hosts);
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca.pem());
+    let crd = |conversion: &str, storage: &str| {
+        let (v1, v2) = (storage == "v1", storage == "v2");
+        format!(
+            r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: hosts.conv.example.com}}
+spec:
+  group: conv.example.com
+  scope: Namespaced
+  names: {{plural: hosts, singular: host, kind: Host}}
+  conversion: {conversion}
+  versions:
+  - name: v1
+    served: true
+    storage: {v1}
+    schema: {{openAPIV3Schema: {{type: object, properties: {{hostPort: {{type: string}}}}}}}}
+  - name: v2
+    served: true
+    storage: {v2}
+    schema: {{openAPIV3Schema: {{type: object, properties: {{host: {{type: string}}, port: {{type: string}}}}}}}}
+"#
+        )
+    };
+    // A Webhook strategy needs a client configuration and a review version.
+    let out = api.kubectl_stdin(&["create", "-f", "-"], &crd("{strategy: Webhook}", "v1"));
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.contains("spec.conversion.webhookClientConfig: Required value"),
+        "{err}"
+    );
+    assert!(err.contains("spec.conversion.conversionReviewVersions: Required value"), "{err}");
+
+    let webhook = |path: &str| {
+        format!(
+            "{{strategy: Webhook, webhook: {{conversionReviewVersions: [v1, v1beta1], clientConfig: {{url: '{}', caBundle: {bundle}}}}}}}",
+            hook.url(path)
+        )
+    };
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], &crd(&webhook("/convert"), "v1"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    api.kubectl_ok(&["wait", "--for=condition=Established", "crd/hosts.conv.example.com", "--timeout=30s"]);
+    let raw = |version: &str, rest: &str| {
+        format!("/apis/conv.example.com/{version}/namespaces/default/hosts{rest}")
+    };
+    let get = |version: &str, rest: &str| -> Value {
+        serde_json::from_str(&api.kubectl_ok(&["get", "--raw", &raw(version, rest)])).expect("JSON")
+    };
+    let create = |doc: String| {
+        wait_for("a custom resource created", Duration::from_secs(30), Duration::from_millis(200), || {
+            api.kubectl_stdin(&["create", "-f", "-"], &doc).status.success().then_some(())
+        })
+    };
+    create(
+        "apiVersion: conv.example.com/v1\nkind: Host\nmetadata: {name: a}\nhostPort: localhost:8080\n".into(),
+    );
+    let a = get("v2", "/a");
+    assert_eq!(a["apiVersion"], "conv.example.com/v2");
+    assert_eq!(
+        (a["host"].as_str(), a["port"].as_str(), a.get("hostPort")),
+        (Some("localhost"), Some("8080"), None)
+    );
+    assert_eq!(a["metadata"]["name"], "a");
+    assert!(hook.calls() > 0, "the webhook was never called");
+    // Written in v2: stored as v1.
+    create("apiVersion: conv.example.com/v2\nkind: Host\nmetadata: {name: b}\nhost: example.org\nport: \"443\"\n".into());
+    assert_eq!(get("v1", "/b")["hostPort"], "example.org:443");
+    assert_eq!(get("v2", "/b")["host"], "example.org");
+
+    // Lists and watches in either version hold only that version's objects.
+    let check_list = |version: &str, names: &[&str]| {
+        let list = get(version, "");
+        let items = list["items"].as_array().expect("items");
+        let mut got: Vec<&str> = items.iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+        got.sort();
+        assert_eq!(got, names, "{list}");
+        for i in items {
+            assert_eq!(i["apiVersion"], format!("conv.example.com/{version}"), "{i}");
+            let field = if version == "v1" { "hostPort" } else { "host" };
+            assert!(i[field].is_string(), "{version} item without {field}: {i}");
+        }
+    };
+    check_list("v1", &["a", "b"]);
+    check_list("v2", &["a", "b"]);
+    let events = api.kubectl_ok(&["get", "--raw", &raw("v2", "?watch=true&timeoutSeconds=1")]);
+    let added: Vec<Value> = events.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect();
+    assert_eq!(added.len(), 2, "{events}");
+    assert!(added.iter().all(|e| e["type"] == "ADDED" && e["object"]["host"].is_string()), "{events}");
+
+    // v2 becomes the storage version: new objects are stored as v2, old ones stay v1, and
+    // both read back in either version.
+    let patch = r#"[{"op":"replace","path":"/spec/versions/0/storage","value":false},{"op":"replace","path":"/spec/versions/1/storage","value":true}]"#;
+    api.kubectl_ok(&["patch", "crd", "hosts.conv.example.com", "--type=json", "-p", patch]);
+    create(
+        "apiVersion: conv.example.com/v1\nkind: Host\nmetadata: {name: c}\nhostPort: c.example:80\n".into(),
+    );
+    check_list("v1", &["a", "b", "c"]);
+    check_list("v2", &["a", "b", "c"]);
+    let stored =
+        api.kubectl_ok(&["get", "crd", "hosts.conv.example.com", "-o", "jsonpath={.status.storedVersions}"]);
+    assert_eq!(stored, r#"["v1","v2"]"#);
+
+    // A webhook that refuses: reads that need it fail with its message (500), reads that
+    // do not still work.
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], &crd(&webhook("/fail"), "v2"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = wait_for(
+        "reads of v1 objects in v2 fail",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let out = api.kubectl(&["get", "--raw", &raw("v2", "/a")]);
+            (!out.status.success()).then(|| stderr(&out))
+        },
+    );
+    assert!(
+        err.contains("InternalError")
+            && err.contains(
+                "conversion webhook for conv.example.com/v2, Kind=Host failed: conversion refused by the test"
+            ),
+        "{err}"
+    );
+    // Stored as v2 (after the storage change above): no conversion to read it in v2.
+    api.kubectl_ok(&["get", "--raw", &raw("v2", "/c")]);
+    let out = api.kubectl(&["get", "--raw", &raw("v2", "")]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("conversion refused by the test"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An unreachable webhook fails the same way, naming where it was called.
+    let out = api.kubectl_stdin(&["apply", "-f", "-"], &crd(&webhook("/convert"), "v2"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("the webhook converts again", Duration::from_secs(30), Duration::from_millis(200), || {
+        api.kubectl(&["get", "--raw", &raw("v2", "/a")]).status.success().then_some(())
+    });
+    hook.stop();
+    let out = api.kubectl(&["get", "--raw", &raw("v1", "/c")]);
+    let err = stderr(&out);
+    assert!(
+        !out.status.success()
+            && err.contains("conversion webhook for")
+            && err.contains(&hook.url("/convert")),
+        "{err}"
+    );
+}
+
+/// APIServices (`apiregistration.k8s.io/v1`): one per built-in group version, written at
+/// start; one per group version a CRD serves, kept in step with the CRDs; a service-backed
+/// one checked as upstream checks it (and reported unavailable: no proxying yet); upstream's
+/// validation and table.
+#[test]
+fn api_services_for_built_in_and_crd_groups() {
+    use serde_json::Value;
+
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let wait = Duration::from_secs(30);
+    let poll = Duration::from_millis(200);
+    let get = |name: &str| -> Option<Value> {
+        let out = api.kubectl(&["get", "apiservice", name, "-o", "json"]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).expect("JSON"))
+    };
+    let apps = wait_for("v1.apps registered", wait, poll, || get("v1.apps"));
+    assert_eq!(apps["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"], "onstart");
+    assert_eq!(
+        apps["spec"],
+        serde_json::json!({"group": "apps", "version": "v1", "groupPriorityMinimum": 17800, "versionPriority": 15})
+    );
+    let cond = &apps["status"]["conditions"][0];
+    assert_eq!(
+        (cond["type"].as_str(), cond["status"].as_str(), cond["reason"].as_str()),
+        (Some("Available"), Some("True"), Some("Local"))
+    );
+    let core = get("v1.").expect("the core group's APIService");
+    assert_eq!(
+        (core["spec"]["groupPriorityMinimum"].as_i64(), core["spec"]["versionPriority"].as_i64()),
+        (Some(18000), Some(1))
+    );
+    let table = api.kubectl_ok(&["get", "apiservices"]);
+    assert!(
+        table.lines().next().unwrap_or_default().split_whitespace().eq([
+            "NAME",
+            "SERVICE",
+            "AVAILABLE",
+            "AGE"
+        ]),
+        "{table}"
+    );
+    assert!(
+        table.lines().any(|l| l.split_whitespace().take(3).eq(["v2.autoscaling", "Local", "True"])),
+        "{table}"
+    );
+
+    // A CRD's served versions get APIServices of their own, put back when deleted.
+    establish(&api);
+    for v in ["v1", "v2"] {
+        let s = wait_for("a CRD version registered", wait, poll, || get(&format!("{v}.stable.example.com")));
+        assert_eq!(s["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"], "true");
+        assert_eq!(
+            (s["spec"]["groupPriorityMinimum"].as_i64(), s["spec"]["versionPriority"].as_i64()),
+            (Some(1000), Some(100))
+        );
+    }
+    // Built-in ones are written at start only: a deleted one stays deleted (as upstream,
+    // until the server restarts); CRD ones come back.
+    api.kubectl_ok(&["delete", "apiservice", "v1.apps"]);
+    api.kubectl_ok(&["delete", "apiservice", "v1.stable.example.com"]);
+    wait_for("the CRD's APIService back", wait, poll, || get("v1.stable.example.com"));
+    assert!(get("v1.apps").is_none(), "v1.apps was put back");
+
+    // Service-backed: checked step by step, then unavailable with the proxy missing.
+    let remote = "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1alpha1.wardle.example.com}\nspec: {group: wardle.example.com, version: v1alpha1, groupPriorityMinimum: 2000, versionPriority: 200, insecureSkipTLSVerify: true, service: {namespace: default, name: wardle}}\n";
+    let out = api.kubectl_stdin(&["create", "-f", "-"], remote);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reason_is = |reason: &str| {
+        wait_for(&format!("condition {reason}"), wait, poll, || {
+            let s = get("v1alpha1.wardle.example.com")?;
+            let c = s["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Available")?.clone();
+            (c["reason"] == reason).then_some(c)
+        })
+    };
+    let c = reason_is("ServiceNotFound");
+    assert_eq!(
+        (c["status"].as_str(), c["message"].as_str()),
+        (Some("False"), Some("service/wardle in \"default\" is not present"))
+    );
+    let s = get("v1alpha1.wardle.example.com").unwrap();
+    assert_eq!(s["spec"]["service"]["port"], 443, "the default port");
+    let row = api.kubectl_ok(&["get", "apiservice", "v1alpha1.wardle.example.com", "--no-headers"]);
+    assert!(
+        row.split_whitespace().take(4).eq([
+            "v1alpha1.wardle.example.com",
+            "default/wardle",
+            "False",
+            "(ServiceNotFound)"
+        ]),
+        "{row}"
+    );
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: wardle, namespace: default}\nspec: {ports: [{port: 443, targetPort: 8443}]}\n";
+    let out = api.kubectl_stdin(&["create", "-f", "-"], svc);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let c = reason_is("EndpointsNotFound");
+    assert_eq!(c["message"], "cannot find endpoints for service/wardle in \"default\"");
+    let eps = "apiVersion: v1\nkind: Endpoints\nmetadata: {name: wardle, namespace: default}\nsubsets: [{addresses: [{ip: 10.9.9.9}], ports: [{port: 8443}]}]\n";
+    let out = api.kubectl_stdin(&["create", "-f", "-"], eps);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let c = reason_is("ProxyNotImplemented");
+    assert_eq!(c["status"], "False");
+
+    // Upstream's validation.
+    let bad = "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: wrong}\nspec: {group: foo.example.com, version: v1, groupPriorityMinimum: 0, versionPriority: 1001}\n";
+    let out = api.kubectl_stdin(&["create", "-f", "-"], bad);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    for want in [
+        "metadata.name: Invalid value: \"wrong\": must be `spec.version+\".\"+spec.group`: \"v1.foo.example.com\"",
+        "spec.groupPriorityMinimum: Invalid value: 0: must be positive and less than 20000",
+        "spec.versionPriority: Invalid value: 1001: must be positive and less than 1000",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+
+    // The CRD gone, so are its APIServices.
+    api.kubectl_ok(&["delete", "crd", "crontabs.stable.example.com"]);
+    wait_for("the CRD's APIServices removed", wait, poll, || {
+        (get("v1.stable.example.com").is_none() && get("v2.stable.example.com").is_none()).then_some(())
+    });
+}

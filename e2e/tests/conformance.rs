@@ -35,6 +35,10 @@ const SUBSET: &[&str] = &[
     "[sig-api-machinery] CustomResourceDefinition resources [Privileged:ClusterAdmin] Simple CustomResourceDefinition listing custom resource definition objects works  [Conformance]",
     "[sig-api-machinery] CustomResourcePublishOpenAPI [Privileged:ClusterAdmin] works for CRD with validation schema [Conformance]",
     "[sig-api-machinery] FieldValidation should create/apply an invalid CR with extra properties for CRD with validation schema [Conformance]",
+    "[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert a non homogeneous list of CRs [Conformance]",
+    "[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert from CR v1 to CR v2 [Conformance]",
+    // api-machinery: APIServices (apiregistration.k8s.io) in discovery
+    "[sig-api-machinery] Discovery should locate the groupVersion and a resource within each APIGroup [Conformance]",
     // auth (the OIDC discovery spec needs cluster DNS: the full run covers it)
     "[sig-auth] SubjectReview should support SubjectReview API operations [Conformance]",
     "[sig-auth] ServiceAccounts should mount projected service account token [Conformance]",
@@ -55,6 +59,8 @@ const SUBSET: &[&str] = &[
     "[sig-node] InitContainer [NodeConformance] should not start app containers and fail the pod if init containers fail on a RestartNever pod [Conformance]",
     "[sig-node] Pods should support retrieving logs from the container over websockets [NodeConformance] [Conformance]",
     "[sig-node] Pods should allow activeDeadlineSeconds to be updated [NodeConformance] [Conformance]",
+    "[sig-node] Ephemeral Containers [NodeConformance] will start an ephemeral container in an existing pod [Conformance]",
+    "[sig-node] Ephemeral Containers [NodeConformance] should update the ephemeral containers in an existing pod [Conformance]",
     // storage
     "[sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]",
     "[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",

@@ -923,3 +923,76 @@ spec:
     ]);
     c.assert_cleaned_up(&uid);
 }
+
+/// Ephemeral containers as `kubectl debug` adds them: started in the running pod, in the
+/// target container's process namespace, reported in `ephemeralContainerStatuses`,
+/// reachable by exec and logs, and never restarted once they end.
+#[test]
+fn ephemeral_containers_with_kubectl_debug() {
+    if skip() {
+        return;
+    }
+    let c = Cluster::start("kl-node-debug", false, &[], "");
+    c.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: target
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: [sleep, "600"]
+"#
+    ));
+    c.wait_pod("target", "Running", |p| phase(p) == "Running");
+    let ephemeral = |p: &Value, name: &str| -> Value {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == name).cloned())
+            .unwrap_or(Value::Null)
+    };
+    c.kubectl(&[
+        "debug",
+        "target",
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=IfNotPresent",
+        "--container=debugger",
+        "--target=app",
+        "--",
+        "sleep",
+        "600",
+    ]);
+    c.wait_pod("target", "debugger running", |p| ephemeral(p, "debugger")["state"]["running"].is_object());
+    // The target's processes are visible from the debugger.
+    let ps = c.kubectl(&["exec", "target", "-c", "debugger", "--", "ps", "-o", "args"]);
+    assert_eq!(ps.lines().filter(|l| l.trim() == "sleep 600").count(), 2, "{ps}");
+    // One that ends stays ended; its log is kept.
+    c.kubectl(&[
+        "debug",
+        "target",
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=IfNotPresent",
+        "--container=once",
+        "--",
+        "sh",
+        "-c",
+        "echo debugged; exit 3",
+    ]);
+    let pod =
+        c.wait_pod("target", "once terminated", |p| ephemeral(p, "once")["state"]["terminated"].is_object());
+    let once = ephemeral(&pod, "once");
+    assert_eq!(once["state"]["terminated"]["exitCode"], 3, "{once}");
+    assert_eq!(once["restartCount"], 0, "{once}");
+    assert_eq!(c.logs("target", "once").trim(), "debugged");
+    // The pod itself is untouched: still running and ready.
+    let pod = c.get(&["pod", "target"]);
+    assert_eq!(phase(&pod), "Running");
+    assert_eq!(condition(&pod, "Ready"), "True");
+    // Adding one again under a name in use is refused by the API server.
+    let out =
+        c.api.kubectl(&["debug", "target", &format!("--image={BUSYBOX}"), "--container=app", "--", "true"]);
+    assert!(!out.status.success(), "a second container named app was accepted");
+}

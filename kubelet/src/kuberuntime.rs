@@ -166,6 +166,21 @@ pub fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
         .chain(spec.map(|s| s.containers.iter()).into_iter().flatten())
 }
 
+/// The pod's ephemeral containers as containers (the fields they share; an ephemeral
+/// container has no ports, probes, lifecycle or resources), each with the name of the
+/// container whose process namespace it targets.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
+    let spec = pod.spec.as_ref();
+    spec.and_then(|s| s.ephemeral_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let c: Container = serde_json::to_value(e).and_then(serde_json::from_value).ok()?;
+            Some((c, e.target_container_name.clone().filter(|t| !t.is_empty())))
+        })
+        .collect()
+}
+
 /// A stable hash of the container's spec: when it changes, the container is restarted.
 pub fn container_hash(c: &Container) -> String {
     use sha2::Digest;

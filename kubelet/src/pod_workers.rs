@@ -344,7 +344,8 @@ async fn fetch_objects(k: &Kubelet, pod: &Pod) -> Result<PodObjects, String> {
             secrets.extend(s.secret.as_ref().map(|c| c.name.clone()));
         }
     }
-    for c in kuberuntime::all_containers(pod) {
+    let ephemeral = kuberuntime::ephemeral_containers(pod);
+    for c in kuberuntime::all_containers(pod).chain(ephemeral.iter().map(|(c, _)| c)) {
         for f in c.env_from.iter().flatten() {
             cms.extend(f.config_map_ref.as_ref().map(|r| r.name.clone()));
             secrets.extend(f.secret_ref.as_ref().map(|r| r.name.clone()));
@@ -774,6 +775,42 @@ async fn sync_running(
         }
     }
 
+    // Ephemeral containers (added through `pods/ephemeralcontainers`, for debugging):
+    // started once each, whether or not the pod finished initializing, never restarted;
+    // one with a target shares that container's process namespace.
+    for (c, target) in kuberuntime::ephemeral_containers(&pod) {
+        if recs.get(&c.name).is_some_and(|r| r.latest.is_some()) {
+            continue;
+        }
+        let target_id = match &target {
+            Some(t) => match recs.get(t).filter(|r| is_running(r)).and_then(|r| r.latest.as_ref()) {
+                Some(latest) => Some(latest.id.clone()),
+                None => {
+                    // Upstream starts it anyway and the runtime refuses; waiting for the
+                    // target to run says why.
+                    let msg = format!("the target container {t:?} is not running");
+                    views.insert(
+                        c.name.clone(),
+                        ContainerView {
+                            waiting: Some(("CreateContainerError".into(), msg)),
+                            ..Default::default()
+                        },
+                    );
+                    wake_in = wake_in.min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+            None => None,
+        };
+        if let Err((reason, message)) = start_container(k, &env, &c, 0, target_id.as_deref()).await {
+            views.insert(
+                c.name.clone(),
+                ContainerView { waiting: Some((reason, message)), ..Default::default() },
+            );
+            wake_in = wake_in.min(Duration::from_secs(2));
+        }
+    }
+
     // Status from the runtime's view after the actions above.
     let containers = k.runtime.list_containers().await?;
     let containers: Vec<cri::Container> = containers
@@ -860,7 +897,7 @@ async fn start_or_back_off(
             backoff.insert(key.clone(), (BACKOFF_INITIAL, now + BACKOFF_INITIAL));
         }
     }
-    match start_container(k, env, c, attempt).await {
+    match start_container(k, env, c, attempt, None).await {
         Ok(()) => None,
         Err((reason, message)) => {
             views.insert(
@@ -872,13 +909,15 @@ async fn start_or_back_off(
     }
 }
 
-/// Pulls (per `imagePullPolicy`), creates and starts one container. Errors are the waiting
-/// reason and message upstream reports.
+/// Pulls (per `imagePullPolicy`), creates and starts one container; `target` is the id of
+/// the container whose process namespace it joins (an ephemeral container's target).
+/// Errors are the waiting reason and message upstream reports.
 async fn start_container(
     k: &Arc<Kubelet>,
     env: &StartEnv<'_>,
     c: &Container,
     attempt: u32,
+    target: Option<&str>,
 ) -> Result<(), (String, String)> {
     let pod = env.pod;
     let image = c.image.clone().unwrap_or_default();
@@ -997,6 +1036,16 @@ async fn start_container(
         vars.iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }).collect();
     let mut cfg =
         kuberuntime::container_config(pod, c, attempt, kv, mounts, term_log.as_deref(), k.memory_capacity);
+    if let Some(target) = target
+        && let Some(ns) = cfg
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+    {
+        ns.pid = cri::NamespaceMode::Target as i32;
+        ns.target_id = target.to_string();
+    }
     cfg.command = cfg.command.iter().map(|s| crate::envs::expand(s, &vars)).collect();
     cfg.args = cfg.args.iter().map(|s| crate::envs::expand(s, &vars)).collect();
     let id = k.runtime.create_container(env.sandbox_id, cfg, env.sandbox_cfg.clone()).await.map_err(|e| {

@@ -298,6 +298,11 @@ pub fn compute(i: &Inputs<'_>) -> PodStatus {
         .iter()
         .map(|c| container_status(c, i.records.get(&c.name), i.views.get(&c.name), default_waiting))
         .collect();
+    // Ephemeral containers have statuses of their own and count for nothing else.
+    let ephemeral: Vec<ContainerStatus> = crate::kuberuntime::ephemeral_containers(i.pod)
+        .iter()
+        .map(|(c, _)| container_status(c, i.records.get(&c.name), i.views.get(&c.name), "ContainerCreating"))
+        .collect();
     let phase = phase(i.pod, &init, &regular);
     let initialized = spec.init_containers.iter().flatten().all(|c| init_succeeded(i.records.get(&c.name)));
     let containers_ready = regular.iter().all(|s| s.ready);
@@ -355,6 +360,7 @@ pub fn compute(i: &Inputs<'_>) -> PodStatus {
         qos_class: Some(qos_class(i.pod).as_str().into()),
         init_container_statuses: (!init.is_empty()).then_some(init),
         container_statuses: Some(regular),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         ..Default::default()
     }
 }

@@ -3,7 +3,7 @@
 //! names, `NamesAccepted`), the establishing controller (`Established`), the finalizer
 //! controller (`customresourcecleanup.apiextensions.k8s.io`: deleting a CRD deletes its
 //! custom resources first, with `Terminating` while it does), and the serving side: a store
-//! and watch cache per served version, registered in the [`Registry`] once the names are
+//! and watch cache per served version (no watch cache with a conversion webhook), registered in the [`Registry`] once the names are
 //! accepted and removed when the CRD goes.
 
 use std::collections::HashMap;
@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use super::{CLEANUP_FINALIZER, GROUP, crd, custom_resource};
+use super::{CLEANUP_FINALIZER, GROUP, conversion, crd, custom_resource};
+use crate::admission::webhook::{Cluster, RegistryCluster};
 use crate::cacher::{EventType, Filter};
 use crate::errors::ApiResult;
 use crate::openapi::{CustomKind, OpenApi};
@@ -50,6 +51,8 @@ pub struct Controller {
     prefix: String,
     watch_cache: bool,
     served: HashMap<String, Served>,
+    /// Services and endpoints, for conversion webhooks named by a Service.
+    cluster: Option<Arc<dyn Cluster>>,
 }
 
 impl Controller {
@@ -60,7 +63,14 @@ impl Controller {
         prefix: String,
         watch_cache: bool,
     ) -> Self {
-        Self { registry, openapi, etcd, prefix, watch_cache, served: HashMap::new() }
+        let cluster = match RegistryCluster::new(&registry) {
+            Ok(c) => Some(Arc::new(c) as Arc<dyn Cluster>),
+            Err(e) => {
+                tracing::error!("conversion webhooks cannot reach Services: {e}");
+                None
+            }
+        };
+        Self { registry, openapi, etcd, prefix, watch_cache, served: HashMap::new(), cluster }
     }
 
     /// Publishes the kinds of every CRD served in the OpenAPI documents.
@@ -272,17 +282,20 @@ impl Controller {
         let mut stores = Vec::new();
         let mut caches = Vec::new();
         let mut kinds = Vec::new();
+        let converter = self.cluster.as_ref().and_then(|c| conversion::for_crd(crd, c));
         for v in crd::versions(crd).filter(|v| v["served"].as_bool() == Some(true)) {
             let version = v["name"].as_str().unwrap_or_default();
-            let Some(res) = custom_resource::resource(crd, version) else { continue };
+            let Some(res) = custom_resource::resource(crd, version, converter.clone()) else { continue };
             kinds.push(CustomKind {
                 info: res.info.clone(),
                 schema: custom_resource::schema_of(crd, version),
             });
             let store = Registry::new_store(&self.etcd, &self.prefix, res, self.watch_cache);
-            caches.push(tokio::spawn(store.cacher.clone().run()));
-            if !store.cacher.wait_ready(Duration::from_secs(30)).await {
-                tracing::warn!(crd = name, "the watch cache of a custom resource did not list in 30s");
+            if store.watch_cache {
+                caches.push(tokio::spawn(store.cacher.clone().run()));
+                if !store.cacher.wait_ready(Duration::from_secs(30)).await {
+                    tracing::warn!(crd = name, "the watch cache of a custom resource did not list in 30s");
+                }
             }
             stores.push(store);
         }

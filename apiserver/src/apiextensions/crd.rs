@@ -250,17 +250,141 @@ fn validate_crd(crd: &Value) -> Vec<FieldError> {
     if !vs.iter().any(|v| v["served"].as_bool() == Some(true)) && !vs.is_empty() {
         errs.push(FieldError::invalid("spec.versions", "", "must have at least one served version"));
     }
-    match spec["conversion"]["strategy"].as_str() {
-        None | Some("None") => {}
-        // Not implemented here: refusing the CRD says so, where accepting it would serve
-        // objects that no webhook converted.
-        Some("Webhook") => errs.push(FieldError::forbidden(
-            "spec.conversion.strategy",
-            "Webhook conversion is not implemented by this API server; use None",
-        )),
-        Some(other) => {
-            errs.push(FieldError::not_supported("spec.conversion.strategy", other, &["None", "Webhook"]))
+    errs.extend(validate_conversion(&spec["conversion"]));
+    errs
+}
+
+/// `spec.conversion` (upstream's `validateCustomResourceConversion`; its error paths name
+/// the internal fields, `webhookClientConfig` and `conversionReviewVersions`).
+fn validate_conversion(conversion: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let path = "spec.conversion";
+    let client_config = conversion.pointer("/webhook/clientConfig").filter(|c| !c.is_null());
+    let review_versions = conversion.pointer("/webhook/conversionReviewVersions").and_then(Value::as_array);
+    match conversion["strategy"].as_str() {
+        None | Some("None") => {
+            if client_config.is_some() {
+                errs.push(FieldError::forbidden(
+                    format!("{path}.webhookClientConfig"),
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+            if review_versions.is_some_and(|v| !v.is_empty()) {
+                errs.push(FieldError::forbidden(
+                    format!("{path}.conversionReviewVersions"),
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
         }
+        Some("Webhook") => {
+            match client_config {
+                None => errs.push(FieldError::required(
+                    format!("{path}.webhookClientConfig"),
+                    "required when strategy is set to Webhook",
+                )),
+                Some(cc) => errs.extend(validate_client_config(cc, &format!("{path}.webhookClientConfig"))),
+            }
+            let versions: Vec<&str> =
+                review_versions.into_iter().flatten().filter_map(Value::as_str).collect();
+            let field = format!("{path}.conversionReviewVersions");
+            if versions.is_empty() {
+                errs.push(FieldError::required(field.clone(), "must specify one of v1, v1beta1"));
+            } else if !versions.iter().any(|v| matches!(*v, "v1" | "v1beta1")) {
+                errs.push(FieldError::invalid(
+                    field.clone(),
+                    json!(versions),
+                    "must include at least one of v1, v1beta1",
+                ));
+            }
+            for (i, v) in versions.iter().enumerate() {
+                if versions[..i].contains(v) {
+                    errs.push(FieldError::invalid(format!("{field}[{i}]"), *v, "duplicate version"));
+                }
+            }
+        }
+        Some(other) => {
+            errs.push(FieldError::not_supported(format!("{path}.strategy"), other, &["None", "Webhook"]))
+        }
+    }
+    errs
+}
+
+/// A webhook's `clientConfig`: exactly one of an `https` URL and a Service.
+fn validate_client_config(cc: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    match (cc.get("url").filter(|u| !u.is_null()), cc.get("service").filter(|s| !s.is_null())) {
+        (Some(_), Some(_)) | (None, None) => {
+            errs.push(FieldError::required(path.to_string(), "exactly one of url or service is required"))
+        }
+        (Some(u), None) => {
+            let text = u.as_str().unwrap_or_default();
+            match url::Url::parse(text) {
+                Err(e) => errs.push(FieldError::invalid(
+                    format!("{path}.url"),
+                    text,
+                    format!("host must be specified ({e})"),
+                )),
+                Ok(parsed) => {
+                    if parsed.scheme() != "https" {
+                        errs.push(FieldError::invalid(
+                            format!("{path}.url"),
+                            text,
+                            "'https' is the only allowed URL scheme",
+                        ));
+                    }
+                    if !parsed.username().is_empty() || parsed.password().is_some() {
+                        errs.push(FieldError::invalid(
+                            format!("{path}.url"),
+                            text,
+                            "user information is not permitted in the URL",
+                        ));
+                    }
+                    if parsed.fragment().is_some() {
+                        errs.push(FieldError::invalid(
+                            format!("{path}.url"),
+                            text,
+                            "fragments are not permitted in the URL",
+                        ));
+                    }
+                    if parsed.query().is_some() {
+                        errs.push(FieldError::invalid(
+                            format!("{path}.url"),
+                            text,
+                            "query parameters are not permitted in the URL",
+                        ));
+                    }
+                }
+            }
+        }
+        (None, Some(svc)) => {
+            for f in ["name", "namespace"] {
+                if svc[f].as_str().is_none_or(str::is_empty) {
+                    errs.push(FieldError::required(
+                        format!("{path}.service.{f}"),
+                        format!("service {f} is required"),
+                    ));
+                }
+            }
+            if let Some(p) = svc["path"].as_str()
+                && !p.starts_with('/')
+            {
+                errs.push(FieldError::invalid(format!("{path}.service.path"), p, "must start with a '/'"));
+            }
+            if let Some(port) = svc.get("port").and_then(Value::as_i64)
+                && !(1..=65535).contains(&port)
+            {
+                errs.push(FieldError::invalid(
+                    format!("{path}.service.port"),
+                    port,
+                    "port is not valid: must be between 1 and 65535, inclusive",
+                ));
+            }
+        }
+    }
+    if let Some(ca) = cc.get("caBundle").and_then(Value::as_str)
+        && crate::admission::webhook::config::ca_bundle(cc).is_err()
+    {
+        errs.push(FieldError::invalid(format!("{path}.caBundle"), ca, "must be base64 encoded"));
     }
     errs
 }

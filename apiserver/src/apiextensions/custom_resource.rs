@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use super::schema;
 use crate::errors::{ApiError, ApiResult, FieldError};
 use crate::registry::resource::{
-    Hooks, PrinterColumn, Resource, ResourceInfo, ScalePaths, copy_field, intern, intern_list, keep_spec,
+    Converter, Hooks, PrinterColumn, Resource, ResourceInfo, ScalePaths, copy_field, intern, intern_list,
+    keep_spec,
 };
 
 struct CustomHooks {
@@ -25,6 +26,8 @@ struct CustomHooks {
     definitions: (serde_json::Map<String, Value>, String),
     /// Its `x-kubernetes-validations` rules, compiled.
     rules: std::sync::Arc<super::cel::Rules>,
+    /// The CRD's conversion webhook (None: the `None` strategy).
+    converter: Option<Arc<super::conversion::WebhookConverter>>,
 }
 
 /// The `openAPIV3Schema` of `version` of `crd` (an object that keeps any field when none).
@@ -35,8 +38,13 @@ pub fn schema_of(crd: &Value, version: &str) -> Value {
         .unwrap_or(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}))
 }
 
-/// The resource serving `version` of `crd`; None when the CRD does not define it.
-pub fn resource(crd: &Value, version: &str) -> Option<Arc<Resource>> {
+/// The resource serving `version` of `crd`, converting through `converter` when the CRD
+/// has a conversion webhook; None when the CRD does not define the version.
+pub fn resource(
+    crd: &Value,
+    version: &str,
+    converter: Option<Arc<super::conversion::WebhookConverter>>,
+) -> Option<Arc<Resource>> {
     let spec = &crd["spec"];
     let v = super::crd::versions(crd).find(|v| v["name"].as_str() == Some(version))?;
     let names = &crd["status"]["acceptedNames"];
@@ -109,6 +117,7 @@ pub fn resource(crd: &Value, version: &str) -> Option<Arc<Resource>> {
     // (a CRD stored before) is left out.
     let rules = super::cel::Rules::compile(&schema, "").0;
     let hooks = CustomHooks {
+        converter,
         rules,
         definitions,
         schema,
@@ -254,7 +263,9 @@ impl Hooks for CustomHooks {
     }
 
     /// Objects are stored in the storage version's shape; with the `None` conversion
-    /// strategy only `apiVersion` differs between versions.
+    /// strategy only `apiVersion` differs between versions (with `Webhook`, the
+    /// [`Hooks::converter`] has converted the object already). Either way the object is
+    /// then pruned and defaulted by the served version's schema.
     fn stored_to_served(&self, mut obj: Value) -> Value {
         if obj.is_object() {
             obj["apiVersion"] = json!(self.api_version);
@@ -269,6 +280,10 @@ impl Hooks for CustomHooks {
             obj["apiVersion"] = json!(self.storage_api_version);
         }
         obj
+    }
+
+    fn converter(&self) -> Option<&dyn Converter> {
+        self.converter.as_deref().map(|c| c as &dyn Converter)
     }
 
     fn unknown_fields(&self, obj: &Value) -> Option<Vec<String>> {

@@ -44,6 +44,35 @@ pub fn role_binding(obj: &Value, now: i64) -> Vec<Value> {
     ]
 }
 
+pub static API_SERVICE: &[Column] = &[
+    string("Service", "The reference to the service that hosts this API endpoint."),
+    string("Available", "Whether this service is available."),
+    AGE,
+];
+
+/// SERVICE is `Local` or `namespace/name`; AVAILABLE the condition's status, with its
+/// reason when not `True` (`False (ServiceNotFound)`).
+pub fn api_service(obj: &Value, now: i64) -> Vec<Value> {
+    let svc = &obj["spec"]["service"];
+    let service = if svc.is_object() {
+        format!(
+            "{}/{}",
+            svc["namespace"].as_str().unwrap_or_default(),
+            svc["name"].as_str().unwrap_or_default()
+        )
+    } else {
+        "Local".to_string()
+    };
+    let available = arr_at(obj, "/status/conditions").iter().find(|c| c["type"] == "Available").map(|c| {
+        let status = c["status"].as_str().unwrap_or_default();
+        match c["reason"].as_str() {
+            Some(reason) if status != "True" && !reason.is_empty() => format!("{status} ({reason})"),
+            _ => status.to_string(),
+        }
+    });
+    vec![text(&service), text(available.as_deref().unwrap_or("Unknown")), age(obj, now)]
+}
+
 pub static LEASE: &[Column] =
     &[string("Holder", "holderIdentity contains the identity of the holder of a current lease."), AGE];
 

@@ -20,7 +20,8 @@
 //! `boolean` column (CronJob's SUSPEND prints `False`, not `false`).
 //!
 //! Kinds upstream prints with the generic table convertor (Role, ClusterRole,
-//! LimitRange) get its `Created At` column. Kinds not known here get Name and Age.
+//! LimitRange, CustomResourceDefinition) get its `Created At` column. Kinds not known here
+//! get Name and Age.
 
 mod core_v1;
 mod format;
@@ -72,9 +73,12 @@ fn printer(kind: &str) -> Option<Printer> {
             p(workloads::HORIZONTAL_POD_AUTOSCALER, workloads::horizontal_pod_autoscaler)
         }
 
-        "Role" | "ClusterRole" | "CSIStorageCapacity" => p(CREATED_AT, created_at),
+        "Role" | "ClusterRole" | "CSIStorageCapacity" | "CustomResourceDefinition" => {
+            p(CREATED_AT, created_at)
+        }
         "RoleBinding" | "ClusterRoleBinding" => p(groups::ROLE_BINDING, groups::role_binding),
         "Lease" => p(groups::LEASE, groups::lease),
+        "APIService" => p(groups::API_SERVICE, groups::api_service),
         "EndpointSlice" => p(groups::ENDPOINT_SLICE, groups::endpoint_slice),
         "Ingress" => p(groups::INGRESS, groups::ingress),
         "IngressClass" => p(groups::INGRESS_CLASS, groups::ingress_class),

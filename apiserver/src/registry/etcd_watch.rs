@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::store::Store;
+use super::store::{Store, to_served};
 use crate::cacher::{CachedObject, Event, EventType, Filter, translate, with_rv};
 use crate::errors::{ApiError, ApiResult};
 use crate::registry::resource::Resource;
@@ -37,7 +37,7 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
                     prev_value: None,
                     mod_revision: kv.mod_revision,
                 };
-                match event_of(&store.res, &store.prefix, &filter, change) {
+                match event_of(&store.res, &store.prefix, &filter, change).await {
                     Ok(ev) => initial.extend(ev),
                     Err(e) => {
                         initial.push(error_event(&e));
@@ -70,7 +70,7 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
                 Some(Ok(WatchItem::Changes(changes))) => {
                     let mut events: Vec<Event> = Vec::with_capacity(changes.len());
                     for c in changes {
-                        match event_of(&res, &base, &filter, c) {
+                        match event_of(&res, &base, &filter, c).await {
                             Ok(ev) => events.extend(ev),
                             // The watcher learns of it (and the watch ends) rather than
                             // missing the change.
@@ -100,21 +100,30 @@ pub async fn watch(store: &Store, filter: Filter, rv: Option<i64>) -> ApiResult<
 }
 
 /// The event a change means to a watcher with `filter` (see [`translate`]), if any; an
-/// error when a stored value does not decode.
-fn event_of(res: &Resource, base: &str, filter: &Filter, c: Change) -> Result<Option<Event>, ApiError> {
+/// error when a stored value does not decode or convert.
+async fn event_of(res: &Resource, base: &str, filter: &Filter, c: Change) -> Result<Option<Event>, ApiError> {
     let Some(key) = c.key.strip_prefix(base).map(str::to_string) else { return Ok(None) };
-    let decode = |bytes: &[u8]| -> Result<Arc<CachedObject>, ApiError> {
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+    let decode = |bytes: &[u8]| -> Result<Value, ApiError> {
+        serde_json::from_slice(bytes).map_err(|e| {
             tracing::error!(key = c.key, "stored object does not decode: {e}");
             ApiError::internal(format!("unable to decode an event from the watch stream: {}: {e}", c.key))
-        })?;
-        let v = with_rv(res.hooks.stored_to_served(v), c.mod_revision);
-        Ok(Arc::new(CachedObject::new(res, &v, c.mod_revision)))
+        })
     };
-    let prev = c.prev_value.as_deref().map(decode).transpose()?;
-    let (kind, obj) = match &c.value {
-        Some(bytes) => (if prev.is_some() { EventType::Modified } else { EventType::Added }, decode(bytes)?),
-        // A deletion reports the last state, at the deletion's revision (`decode` set it).
+    // The new value and the previous one, converted together.
+    let mut values = Vec::with_capacity(2);
+    if let Some(bytes) = &c.value {
+        values.push(decode(bytes)?);
+    }
+    if let Some(bytes) = &c.prev_value {
+        values.push(decode(bytes)?);
+    }
+    let mut values = to_served(res, values).await?.into_iter();
+    let cached = |v: Value| Arc::new(CachedObject::new(res, &with_rv(v, c.mod_revision), c.mod_revision));
+    let obj = if c.value.is_some() { values.next().map(cached) } else { None };
+    let prev = if c.prev_value.is_some() { values.next().map(cached) } else { None };
+    let (kind, obj) = match obj {
+        Some(o) => (if prev.is_some() { EventType::Modified } else { EventType::Added }, o),
+        // A deletion reports the last state, at the deletion's revision.
         None => match prev.clone() {
             Some(p) => (EventType::Deleted, p),
             None => return Ok(None),

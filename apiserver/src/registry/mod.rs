@@ -57,7 +57,10 @@ impl Registry {
     }
 
     /// A store for `res` over `etcd` (not yet in the registry; see [`Registry::set_custom`]).
+    /// A resource that converts through a webhook has no watch cache (see
+    /// [`resource::Converter`]).
     pub fn new_store(etcd: &Etcd, prefix: &str, res: Arc<Resource>, watch_cache: bool) -> Arc<Store> {
+        let watch_cache = watch_cache && res.hooks.converter().is_none();
         let key_prefix = format!("{}/{}/", prefix.trim_end_matches('/'), res.info.etcd_resource);
         let cacher = Cacher::new(res.clone(), etcd.clone(), key_prefix.clone());
         Arc::new(Store { res, etcd: etcd.clone(), cacher, prefix: key_prefix, watch_cache })
@@ -79,6 +82,11 @@ impl Registry {
         let mut out = self.stores.clone();
         out.extend(self.custom.read().iter().cloned());
         out
+    }
+
+    /// The run-time stores (custom resources).
+    pub fn custom_stores(&self) -> Vec<Arc<Store>> {
+        self.custom.read().clone()
     }
 
     /// The store of a core/v1 resource.

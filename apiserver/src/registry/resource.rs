@@ -162,6 +162,16 @@ pub fn intern_list(items: &[String]) -> &'static [&'static str] {
     l
 }
 
+/// A conversion between versions that calls out of the server (a CustomResourceDefinition's
+/// conversion webhook): asynchronous, and it can fail. A resource with one is served
+/// without a watch cache, so that every read converts (and a failure reaches the client).
+#[async_trait::async_trait]
+pub trait Converter: Send + Sync {
+    /// `objs` in `api_version` (`group/version`), in order; those already in it are not
+    /// sent anywhere.
+    async fn convert(&self, objs: Vec<Value>, api_version: &str) -> ApiResult<Vec<Value>>;
+}
+
 /// Per-resource behaviour the generic store calls. Every hook has a do-nothing default.
 pub trait Hooks: Send + Sync + 'static {
     /// What upstream's conversion from the served version into its internal type does
@@ -219,6 +229,14 @@ pub trait Hooks: Send + Sync + 'static {
     /// `validate`'s and `validate_update`'s: what that subresource may not change.
     fn validate_subresource_update(&self, _subresource: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
         Vec::new()
+    }
+
+    /// Whether a write through `subresource` is judged by
+    /// [`Hooks::validate_subresource_update`] in place of [`Hooks::validate_update`]
+    /// (upstream's subresources with an update validation of their own, such as
+    /// `pods/ephemeralcontainers`, which changes what a pod update may not).
+    fn replaces_update_validation(&self, _subresource: &str) -> bool {
+        false
     }
 
     /// Whether the resource has a status the main resource must not change.
@@ -291,6 +309,12 @@ pub trait Hooks: Send + Sync + 'static {
     /// The inverse of [`Hooks::stored_to_served`]: the shape written to etcd.
     fn served_to_stored(&self, obj: Value) -> Value {
         obj
+    }
+
+    /// A conversion that calls out, applied before [`Hooks::stored_to_served`] on what is
+    /// read and before [`Hooks::served_to_stored`] on what is written.
+    fn converter(&self) -> Option<&dyn Converter> {
+        None
     }
 
     /// The fields of a written object its schema does not declare, for field validation;

@@ -74,7 +74,8 @@ fn strings(v: &Value) -> Vec<String> {
     v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
-fn endpoint(cc: &Value) -> Result<Endpoint, String> {
+/// Where a `clientConfig` (`url` or `service`) points.
+pub(crate) fn endpoint(cc: &Value) -> Result<Endpoint, String> {
     if let Some(u) = cc.get("url").and_then(Value::as_str) {
         return url::Url::parse(u).map(Endpoint::Url).map_err(|e| format!("invalid webhook url {u:?}: {e}"));
     }
@@ -88,7 +89,8 @@ fn endpoint(cc: &Value) -> Result<Endpoint, String> {
     })
 }
 
-fn ca_bundle(cc: &Value) -> Result<Vec<u8>, String> {
+/// A `clientConfig`'s `caBundle`, decoded (empty when it has none).
+pub(crate) fn ca_bundle(cc: &Value) -> Result<Vec<u8>, String> {
     match cc.get("caBundle").and_then(Value::as_str) {
         None => Ok(Vec::new()),
         Some(b64) => base64::engine::general_purpose::STANDARD

@@ -5,6 +5,7 @@
 //! [`ResourceInfo`]: super::resource::ResourceInfo
 
 pub mod admissionregistration;
+pub mod apiregistration;
 pub mod apps;
 pub mod autoscaling;
 pub mod batch;
@@ -35,6 +36,8 @@ pub fn at_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
 /// All resources, in discovery order.
 pub fn all() -> Vec<Arc<Resource>> {
     let mut out = core::resources();
+    // First of the named groups in discovery, as upstream lists it.
+    out.extend(apiregistration::resources());
     out.extend(apps::resources());
     out.extend(batch::resources());
     out.extend(autoscaling::resources());

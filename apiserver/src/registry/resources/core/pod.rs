@@ -338,6 +338,12 @@ impl Hooks for PodHooks {
         }
     }
 
+    /// The ephemeral containers' strategy validates on its own: the rest of the spec is
+    /// the stored one (see `prepare_for_subresource_update`).
+    fn replaces_update_validation(&self, sub: &str) -> bool {
+        sub == "ephemeralcontainers"
+    }
+
     /// `ValidatePodEphemeralContainersUpdate`: not on static pods' mirrors, and those
     /// already there are neither removed nor changed.
     fn validate_subresource_update(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
@@ -357,7 +363,7 @@ impl Hooks for PodHooks {
                     path,
                     format!("existing ephemeral containers \"{name}\" may not be removed\n"),
                 )),
-                Some(n) if *n != o => errs.push(FieldError::forbidden(
+                Some(n) if !v::semantically_equal(n, o) => errs.push(FieldError::forbidden(
                     path,
                     format!("existing ephemeral containers \"{name}\" may not be changed\n"),
                 )),
