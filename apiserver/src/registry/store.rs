@@ -440,7 +440,7 @@ impl Store {
         if !self.watch_cache {
             if send_initial {
                 return Err(ApiError::bad_request(
-                    "sendInitialEvents is served from the watch cache; this server runs with --watch-cache=false",
+                    "sendInitialEvents is served from the watch cache, which this resource does not have (--watch-cache=false, or a custom resource converted by a webhook)",
                 ));
             }
             return Ok((super::etcd_watch::watch(self, filter, rv).await?, None));
