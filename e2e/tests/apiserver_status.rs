@@ -219,6 +219,14 @@ fn cases(csr_pem: &str) -> Vec<Case> {
             json!({ "conditions": [{ "type": "Dangling", "status": "False", "reason": "Found", "message": "m" }] }),
             KeepAll,
         ),
+        // A condition the availability controller leaves alone (it owns `Available`).
+        case(
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            json!({ "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": { "name": "v1.s.example.com" }, "spec": { "group": "s.example.com", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10 } }),
+            ("spec", "versionPriority", json!(20)),
+            json!({ "conditions": [{ "type": "Available", "status": "True", "reason": "Local", "message": "Local APIServices are always available" }, { "type": "X", "status": "True" }] }),
+            KeepAll,
+        ),
         case(
             "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
             json!({ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration", "metadata": { "name": "s-plc" }, "spec": { "type": "Limited", "limited": { "nominalConcurrencyShares": 5, "limitResponse": { "type": "Reject" } } } }),

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::errors::FieldError;
-use crate::registry::resource::Hooks;
+use crate::registry::resource::{Hooks, keep_all_but_status};
 use crate::registry::store::now_rfc3339;
 use crate::validation::{self as v, NameRule};
 
@@ -36,6 +36,11 @@ impl Hooks for ApiServiceHooks {
                 }]}),
             );
         }
+    }
+
+    /// Upstream's status strategy: spec, labels, annotations, finalizers and owners stay.
+    fn prepare_for_status_update(&self, new: &mut Value, old: &Value) {
+        keep_all_but_status(new, old);
     }
 
     fn name_rule(&self) -> NameRule {
