@@ -311,20 +311,30 @@ if [[ ! -s "$SA_KEY" ]]; then
   openssl ecparam -name prime256v1 -genkey -noout -out "$SA_KEY" 2>/dev/null
   chmod 600 "$SA_KEY"
 fi
+# client_cert NAME CA SUBJECT: a CA certs/CA.{crt,key} (made once) and a client certificate
+# certs/NAME.{crt,key} it signed for SUBJECT, unless the certificate exists already.
+client_cert() {
+  local name=$1 ca=$2 subject=$3 dir="$LOCAL_UP_DIR/certs"
+  [[ -s "$dir/$name.crt" ]] && return 0
+  [[ -s "$dir/$ca.crt" ]] || openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=$ca" \
+    -keyout "$dir/$ca.key" -out "$dir/$ca.crt" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -subj "$subject" \
+    -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/$name.csr" -days 365 \
+    -CA "$dir/$ca.crt" -CAkey "$dir/$ca.key" -CAcreateserial \
+    -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n') \
+    -out "$dir/$name.crt" 2>/dev/null
+  chmod 600 "$dir"/*.key
+}
 # The API server's client certificate towards kubelets (logs, exec, port-forward), signed by a
 # CA the kubelet trusts (its clientCAFile), as kubeadm's apiserver-kubelet-client.
 KUBELET_CA="$LOCAL_UP_DIR/certs/kubelet-client-ca.crt"
-if [[ ! -s "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" ]]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=kubelet-client-ca" \
-    -keyout "$LOCAL_UP_DIR/certs/kubelet-client-ca.key" -out "$KUBELET_CA" 2>/dev/null
-  openssl req -new -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
-    -keyout "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" -out "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.csr" 2>/dev/null
-  openssl x509 -req -in "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.csr" -days 365 \
-    -CA "$KUBELET_CA" -CAkey "$LOCAL_UP_DIR/certs/kubelet-client-ca.key" -CAcreateserial \
-    -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n') \
-    -out "$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" 2>/dev/null
-  chmod 600 "$LOCAL_UP_DIR"/certs/*.key
-fi
+client_cert apiserver-kubelet-client kubelet-client-ca "/O=system:masters/CN=kube-apiserver-kubelet-client"
+# The front proxy (kubeadm's front-proxy-ca and front-proxy-client): the API server presents
+# this client certificate to extension API servers behind APIServices, which trust the CA
+# and the X-Remote-* headers through the extension-apiserver-authentication ConfigMap.
+FRONT_PROXY_CA="$LOCAL_UP_DIR/certs/front-proxy-ca.crt"
+client_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client"
 [[ -n "$API_LO_ADDRESS" ]] && ip addr replace "$API_LO_ADDRESS/32" dev lo
 "$KUBE_APISERVER_BIN" \
   --etcd-servers="$ETCD_CLIENT_URLS" \
@@ -342,6 +352,13 @@ fi
   --kubelet-client-certificate="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" \
   --kubelet-client-key="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
+  --requestheader-client-ca-file="$FRONT_PROXY_CA" \
+  --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User \
+  --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="$LOCAL_UP_DIR/certs/front-proxy-client.crt" \
+  --proxy-client-key-file="$LOCAL_UP_DIR/certs/front-proxy-client.key" \
   "${KUBE_APISERVER_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)

@@ -59,6 +59,7 @@ async fn probe(etcd: &Etcd, name: &str) -> (bool, String, String) {
         hosts: vec!["127.0.0.1".into()],
         port,
         path_and_query: "/healthz".into(),
+        server_name: None,
     };
     let url = loc.url();
     let fetch = async {

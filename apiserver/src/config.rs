@@ -69,6 +69,8 @@ pub struct Flags {
     pub encryption: crate::encryption::options::Options,
     #[command(flatten)]
     pub kubelet: crate::kubelet_client::Options,
+    #[command(flatten)]
+    pub aggregator: crate::aggregator::proxy::Options,
     /// The maximum number of non-mutating requests in flight at a given time.
     #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: usize,
@@ -107,6 +109,7 @@ pub struct Config {
     pub audit: crate::audit::options::Options,
     pub encryption: crate::encryption::options::Options,
     pub kubelet: crate::kubelet_client::Options,
+    pub aggregator: crate::aggregator::proxy::Options,
     pub max_readonly: usize,
     pub max_mutating: usize,
     pub request_timeout: Duration,
@@ -135,6 +138,7 @@ impl Flags {
             _ => return Err("--tls-cert-file and --tls-private-key-file go together".into()),
         };
         self.kubelet.validate()?;
+        self.aggregator.validate()?;
         let request_timeout = parse_duration(&self.request_timeout)
             .ok_or_else(|| format!("--request-timeout {}: not a duration", self.request_timeout))?;
         let advertise = self.advertise_address.unwrap_or(if self.bind_address.is_unspecified() {
@@ -164,6 +168,7 @@ impl Flags {
             audit: self.audit,
             encryption: self.encryption,
             kubelet: self.kubelet,
+            aggregator: self.aggregator,
             max_readonly: self.max_requests_inflight.max(1),
             max_mutating: self.max_mutating_requests_inflight.max(1),
             request_timeout,

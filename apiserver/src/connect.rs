@@ -369,6 +369,7 @@ async fn log(
         hosts: conn.hosts,
         port: conn.port,
         path_and_query: path,
+        server_name: None,
     };
     let failed = |e: String| ApiError::new(500, "", format!("Get \"{}\": {e}", loc.url()));
     let (io, authority) = proxy::dial(&loc, api.kubelet.timeout).await.map_err(failed)?;
@@ -456,6 +457,7 @@ async fn stream(
         hosts: conn.hosts,
         port: conn.port,
         path_and_query: if query.is_empty() { path } else { format!("{path}?{query}") },
+        server_name: None,
     };
     if let Some(mode) =
         stream_translator::mode(sub, req.headers(), opts.stdin, opts.stdout, opts.stderr, opts.tty)
@@ -607,6 +609,7 @@ async fn pod_proxy(api: &Api, ns: &str, id: &str, req: Request<Incoming>) -> Api
         hosts: vec![ip.to_string()],
         port,
         path_and_query: with_query(rest, req.uri().query()),
+        server_name: None,
     };
     forward_rewriting(&loc, req, "pods", id, api.kubelet.timeout).await
 }
@@ -699,6 +702,7 @@ async fn service_proxy(
                     hosts: vec![ip.to_string()],
                     port: p["port"].as_u64().and_then(|x| u16::try_from(x).ok()).unwrap_or(80),
                     path_and_query: with_query(rest, req.uri().query()),
+                    server_name: None,
                 };
                 return forward_rewriting(&loc, req, "services", id, api.kubelet.timeout).await;
             }
@@ -741,12 +745,18 @@ async fn node_proxy(api: &Api, id: &str, req: Request<Incoming>) -> ApiResult<Re
     }
     let kubelet = port.is_empty() || port == conn.port.to_string();
     let loc = if kubelet {
-        Location { tls: Some(api.kubelet.tls(false)), hosts: vec![host], port: conn.port, path_and_query }
+        Location {
+            tls: Some(api.kubelet.tls(false)),
+            hosts: vec![host],
+            port: conn.port,
+            path_and_query,
+            server_name: None,
+        }
     } else {
         let port: u16 =
             port.parse().map_err(|_| ApiError::bad_request(format!("invalid node request {id:?}")))?;
         let tls = (scheme == "https").then(|| api.kubelet.tls(true));
-        Location { tls, hosts: vec![host], port, path_and_query }
+        Location { tls, hosts: vec![host], port, path_and_query, server_name: None }
     };
     forward_rewriting(&loc, req, "nodes", id, api.kubelet.timeout).await
 }

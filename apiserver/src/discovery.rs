@@ -1,10 +1,13 @@
 //! Discovery: `/api`, `/apis`, `/apis/<group>`, the per-version resource lists, and the
 //! aggregated form (`apidiscovery.k8s.io/v2`) kubectl v1.32 asks for first; plus `/version`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use crate::aggregator::proxy::Backend;
 use crate::handlers::{BoxBody, full, json_response};
 use crate::registry::Registry;
 use crate::registry::resource::ResourceInfo;
@@ -317,9 +320,82 @@ fn aggregated(items: Vec<Value>, v: &str) -> http::Response<BoxBody> {
     )
 }
 
-/// Answers a discovery path, or None if `path` is not one.
-pub fn respond(registry: &Registry, path: &str, accept: &str) -> Option<http::Response<BoxBody>> {
+/// The groups served only by extension API servers (a group this server serves itself
+/// stays its own), each with its backends in descending version priority.
+fn remote_groups<'a>(
+    local: &[(&str, Vec<&str>)],
+    remote: &'a [Arc<Backend>],
+) -> Vec<(&'a str, Vec<&'a Backend>)> {
+    let mut out: Vec<(&str, Vec<&Backend>)> = Vec::new();
+    for b in remote {
+        let group = b.group.as_str();
+        if group.is_empty() || local.iter().any(|(g, _)| *g == group) {
+            continue;
+        }
+        match out.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, bs)) => bs.push(b),
+            None => out.push((group, vec![b])),
+        }
+    }
+    out
+}
+
+/// An extension server's APIResourceList in the aggregated form (subresources under their
+/// resource); None until its discovery document was read.
+fn aggregated_remote_version(b: &Backend) -> Option<Value> {
+    let list = b.resources.as_ref()?;
+    let entries = list["resources"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let kind_of = |r: &Value| {
+        json!({
+            "group": r["group"].as_str().unwrap_or_default(),
+            "version": r["version"].as_str().unwrap_or_default(),
+            "kind": r["kind"].as_str().unwrap_or_default(),
+        })
+    };
+    let mut resources: Vec<Value> = Vec::new();
+    for r in entries.iter().filter(|r| r["name"].as_str().is_some_and(|n| !n.contains('/'))) {
+        let mut out = json!({
+            "resource": r["name"],
+            "responseKind": kind_of(r),
+            "scope": if r["namespaced"].as_bool().unwrap_or(false) { "Namespaced" } else { "Cluster" },
+            "singularResource": r["singularName"].as_str().unwrap_or_default(),
+            "verbs": r["verbs"].as_array().cloned().unwrap_or_default(),
+        });
+        for key in ["shortNames", "categories"] {
+            if r[key].as_array().is_some_and(|a| !a.is_empty()) {
+                out[key] = r[key].clone();
+            }
+        }
+        resources.push(out);
+    }
+    for r in entries {
+        let Some((parent, sub)) = r["name"].as_str().and_then(|n| n.split_once('/')) else { continue };
+        let Some(p) = resources.iter_mut().find(|p| p["resource"] == parent) else { continue };
+        let entry = json!({
+            "subresource": sub,
+            "responseKind": kind_of(r),
+            "verbs": r["verbs"].as_array().cloned().unwrap_or_default(),
+        });
+        match p["subresources"].as_array_mut() {
+            Some(subs) => subs.push(entry),
+            None => p["subresources"] = json!([entry]),
+        }
+    }
+    resources.sort_by(|a, b| a["resource"].as_str().cmp(&b["resource"].as_str()));
+    Some(json!({ "version": b.version, "resources": resources, "freshness": "Current" }))
+}
+
+/// Answers a discovery path, or None if `path` is not one. `remote` are the extension
+/// servers behind service-backed APIServices: their groups are listed here, their group
+/// versions' own documents are theirs (the request is proxied before it gets here).
+pub fn respond(
+    registry: &Registry,
+    remote: &[Arc<Backend>],
+    path: &str,
+    accept: &str,
+) -> Option<http::Response<BoxBody>> {
     let groups = all_groups(registry);
+    let remote = remote_groups(&groups, remote);
     let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
     match parts.as_slice() {
         ["api"] => {
@@ -338,22 +414,45 @@ pub fn respond(registry: &Registry, path: &str, accept: &str) -> Option<http::Re
         ["apis"] => {
             let named: Vec<&(&str, Vec<&str>)> = groups.iter().filter(|(g, _)| !g.is_empty()).collect();
             if let Some(v) = aggregated_version(accept) {
-                let items = named.iter().map(|(g, vs)| aggregated_group(registry, g, vs)).collect();
+                let mut items: Vec<Value> =
+                    named.iter().map(|(g, vs)| aggregated_group(registry, g, vs)).collect();
+                for (group, backends) in &remote {
+                    let versions: Vec<Value> =
+                        backends.iter().filter_map(|b| aggregated_remote_version(b)).collect();
+                    if !versions.is_empty() {
+                        items.push(json!({
+                            "metadata": { "name": group, "creationTimestamp": null },
+                            "versions": versions,
+                        }));
+                    }
+                }
                 return Some(aggregated(items, v));
             }
-            let list: Vec<Value> = named.iter().map(|(g, vs)| group_entry(g, vs)).collect();
+            let mut list: Vec<Value> = named.iter().map(|(g, vs)| group_entry(g, vs)).collect();
+            for (group, backends) in &remote {
+                let versions: Vec<&str> = backends.iter().map(|b| b.version.as_str()).collect();
+                list.push(group_entry(group, &versions));
+            }
             Some(json_response(
                 StatusCode::OK,
                 &json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": list }),
             ))
         }
         ["api", "v1"] => resource_list(registry, "", "v1").map(|l| json_response(StatusCode::OK, &l)),
-        ["apis", g] => groups.iter().find(|(name, _)| name == g).map(|(name, vs)| {
-            let mut e = group_entry(name, vs);
-            e["kind"] = json!("APIGroup");
-            e["apiVersion"] = json!("v1");
-            json_response(StatusCode::OK, &e)
-        }),
+        ["apis", g] => {
+            let local = groups.iter().find(|(name, _)| name == g).map(|(name, vs)| group_entry(name, vs));
+            let entry = local.or_else(|| {
+                remote.iter().find(|(name, _)| name == g).map(|(name, backends)| {
+                    let versions: Vec<&str> = backends.iter().map(|b| b.version.as_str()).collect();
+                    group_entry(name, &versions)
+                })
+            });
+            entry.map(|mut e| {
+                e["kind"] = json!("APIGroup");
+                e["apiVersion"] = json!("v1");
+                json_response(StatusCode::OK, &e)
+            })
+        }
         ["apis", g, v] => resource_list(registry, g, v).map(|l| json_response(StatusCode::OK, &l)),
         _ => None,
     }
@@ -367,7 +466,7 @@ mod tests {
     use crate::storage::etcd3::{Etcd, EtcdConfig};
 
     async fn body(registry: &Registry, path: &str, accept: &str) -> Value {
-        let resp = respond(registry, path, accept).unwrap_or_else(|| panic!("no discovery at {path}"));
+        let resp = respond(registry, &[], path, accept).unwrap_or_else(|| panic!("no discovery at {path}"));
         serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
     }
 

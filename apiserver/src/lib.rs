@@ -163,8 +163,12 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         )
         .run(),
     );
-    // kube-aggregator's autoregister and availability controllers.
-    tokio::spawn(aggregator::run(registry.clone()));
+    // kube-aggregator's autoregister and availability controllers, and its proxy's table.
+    let cluster = admission::webhook::RegistryCluster::new(&registry).map_err(StartError::Config)?;
+    let aggregator = Arc::new(
+        aggregator::proxy::Aggregator::new(&cfg.aggregator, Arc::new(cluster)).map_err(StartError::Config)?,
+    );
+    tokio::spawn(aggregator::run(registry.clone(), aggregator.clone()));
     // Upstream's post-start hook `start-cluster-authentication-info-controller`.
     tokio::spawn(cluster_authentication::run(registry.clone(), cfg.authentication.clone()));
 
@@ -196,6 +200,7 @@ pub async fn start(cfg: Config, shutdown: Shutdown) -> Result<Running, StartErro
         audit,
         kubelet,
         openid,
+        aggregator,
     });
     {
         let registry = registry.clone();

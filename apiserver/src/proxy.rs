@@ -61,6 +61,9 @@ pub struct Location {
     pub port: u16,
     /// The request target on the backend (`/exec/ns/pod/c?command=sh&...`).
     pub path_and_query: String,
+    /// The name the backend's certificate must carry (and SNI) when it is not the host
+    /// dialed: an endpoint IP of a Service whose certificate names `<svc>.<ns>.svc`.
+    pub server_name: Option<String>,
 }
 
 impl Location {
@@ -126,8 +129,9 @@ async fn dial_any(loc: &Location) -> Result<(Box<dyn Io>, String), String> {
         let Some(tcp) = tcp else { return Err(err.unwrap_or(last)) };
         let _ = tcp.set_nodelay(true);
         let Some(tls) = &loc.tls else { return Ok((Box::new(tcp), authority)) };
-        let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string())
-            .map_err(|e| format!("tls: invalid server name {host:?}: {e}"))?;
+        let name = loc.server_name.as_deref().unwrap_or(host.trim_start_matches('[').trim_end_matches(']'));
+        let name = ServerName::try_from(name.to_string())
+            .map_err(|e| format!("tls: invalid server name {name:?}: {e}"))?;
         let stream = tokio_rustls::TlsConnector::from(tls.clone())
             .connect(name, tcp)
             .await
@@ -426,8 +430,13 @@ mod tests {
 
     #[test]
     fn urls() {
-        let loc =
-            Location { tls: None, hosts: vec!["::1".into()], port: 10250, path_and_query: "/x?y=1".into() };
+        let loc = Location {
+            tls: None,
+            hosts: vec!["::1".into()],
+            port: 10250,
+            path_and_query: "/x?y=1".into(),
+            server_name: None,
+        };
         assert_eq!(loc.url(), "http://[::1]:10250/x?y=1");
         assert_eq!(join_host_port("127.0.0.1", 1), "127.0.0.1:1");
     }
@@ -536,6 +545,7 @@ mod tests {
             hosts: vec!["127.0.0.1".into()],
             port: backend,
             path_and_query: "/exec/ns/p/c?command=ls&output=1".into(),
+            server_name: None,
         };
         let port = front(loc, true).await;
         let (mut tcp, head) = raw(
@@ -588,6 +598,7 @@ mod tests {
             hosts: vec!["127.0.0.1".into()],
             port: backend,
             path_and_query: "/healthz?v=1".into(),
+            server_name: None,
         };
         let port = front(loc, false).await;
         let (mut tcp, head) = raw(port, "GET /x HTTP/1.1\r\nHost: front\r\nConnection: close\r\n\r\n").await;
@@ -611,6 +622,7 @@ mod tests {
             hosts: vec!["no-such-host.invalid".into(), "127.0.0.1".into()],
             port,
             path_and_query: "/".into(),
+            server_name: None,
         };
         let (_io, authority) = dial(&loc, Duration::from_secs(5)).await.unwrap();
         assert_eq!(authority, format!("127.0.0.1:{port}"));

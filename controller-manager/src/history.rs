@@ -37,10 +37,33 @@ pub fn safe_encode(n: u32) -> String {
 /// The patch that restores `template` (upstream's `getPatch`).
 pub fn template_patch(template: &PodTemplateSpec) -> Value {
     let mut t = serde_json::to_value(template).unwrap_or_else(|_| json!({}));
+    as_go_writes(&mut t);
     if let Some(o) = t.as_object_mut() {
         o.insert("$patch".into(), json!("replace"));
     }
     json!({"spec": {"template": t}})
+}
+
+/// Spells out what Go's `json.Marshal` of the typed template writes and k8s-openapi leaves
+/// out: `metadata.creationTimestamp: null` (a struct, never omitted) and `resources: {}` in
+/// every container (likewise). Upstream compares revisions by these bytes (`daemon.Match`,
+/// used by its controller and by the e2e suite), so ours must be the same bytes for the
+/// same template: otherwise upstream's controller, taking over, sees no current revision
+/// and writes a duplicate.
+fn as_go_writes(template: &mut Value) {
+    let Some(t) = template.as_object_mut() else { return };
+    let meta = t.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.entry("creationTimestamp").or_insert(Value::Null);
+    }
+    let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.entry("resources").or_insert_with(|| json!({}));
+            }
+        }
+    }
 }
 
 /// The template a revision's data restores, if it holds one.
@@ -59,7 +82,24 @@ fn comparable(data: &Value) -> Option<Value> {
         o.remove("$patch");
     }
     let template: PodTemplateSpec = serde_json::from_value(t).ok()?;
-    Some(normalized(&template))
+    let mut n = normalized(&template);
+    without_empty_resources(&mut n);
+    Some(n)
+}
+
+/// Drops `resources: {}` (what [`as_go_writes`] adds), so revisions written before and
+/// after it compare equal and hash alike.
+fn without_empty_resources(template: &mut Value) {
+    let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(c) = c.as_object_mut()
+                && c.get("resources").is_some_and(|r| r.as_object().is_some_and(|o| o.is_empty()))
+            {
+                c.remove("resources");
+            }
+        }
+    }
 }
 
 /// Whether two revision payloads restore the same template (upstream `EqualRevision`
@@ -210,7 +250,17 @@ mod tests {
         let patch = template_patch(&t);
         assert_eq!(patch["spec"]["template"]["$patch"], "replace");
         let rev = ControllerRevision { data: Some(RawExtension(patch.clone())), ..Default::default() };
-        assert_eq!(template_of(&rev).unwrap(), t);
+        let back = template_of(&rev).unwrap();
+        assert_eq!(
+            back.spec.as_ref().unwrap().containers[0].image,
+            t.spec.as_ref().unwrap().containers[0].image
+        );
+        // Equal to the same template as older revisions wrote it (no Go spellings), and
+        // hashed alike, so an upgraded controller finds its revisions again.
+        let older = json!({"spec": {"template": {"$patch": "replace", "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}});
+        assert!(data_equal(&patch, &older));
+        assert_eq!(hash(&patch, None), hash(&older, None));
         // The same template with Go zero values spelled out (a protobuf writer) is equal.
         let mut verbose = patch.clone();
         verbose["spec"]["template"]["spec"]["hostNetwork"] = json!(false);
@@ -218,6 +268,28 @@ mod tests {
         assert_eq!(hash(&patch, None), hash(&verbose, None));
         assert!(!data_equal(&patch, &template_patch(&template("busybox:2"))));
         assert_ne!(hash(&patch, None), hash(&patch, Some(1)));
+    }
+
+    #[test]
+    fn data_is_the_bytes_upstream_writes() {
+        // The template of upstream's e2e DaemonSet after our API server's defaulting, and
+        // the `data` upstream's v1.28.4 controller manager wrote for it on our API server.
+        let t: PodTemplateSpec = serde_json::from_value(json!({
+            "metadata": {"labels": {"daemonset-name": "theirs"}},
+            "spec": {
+                "containers": [{
+                    "name": "app", "image": "registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
+                    "imagePullPolicy": "IfNotPresent", "ports": [{"containerPort": 9376, "protocol": "TCP"}],
+                    "securityContext": {}, "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                }],
+                "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
+                "securityContext": {}, "terminationGracePeriodSeconds": 30,
+            },
+        }))
+        .unwrap();
+        let upstream = r#"{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null,"labels":{"daemonset-name":"theirs"}},"spec":{"containers":[{"image":"registry.k8s.io/e2e-test-images/httpd:2.4.38-4","imagePullPolicy":"IfNotPresent","name":"app","ports":[{"containerPort":9376,"protocol":"TCP"}],"resources":{},"securityContext":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"dnsPolicy":"ClusterFirst","restartPolicy":"Always","schedulerName":"default-scheduler","securityContext":{},"terminationGracePeriodSeconds":30}}}}"#;
+        assert_eq!(serde_json::to_string(&template_patch(&t)).unwrap(), upstream);
     }
 
     #[test]

@@ -116,6 +116,17 @@ impl KubeApiserver {
         String::from_utf8(out.stdout).expect("utf-8 output")
     }
 
+    /// Runs kubectl expecting failure; returns stderr, failing the test if it succeeds.
+    pub fn kubectl_err(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} succeeded, expected a failure:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
     /// Runs kubectl with `input` on stdin (`apply -f -`, say).
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
         use std::io::Write;

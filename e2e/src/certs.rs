@@ -118,7 +118,13 @@ impl TestCa {
     /// A serving certificate for `ip` (an IP SAN, as a webhook's `https://<ip>:<port>` URL
     /// needs).
     pub fn serving_cert(&self, ip: IpAddr) -> ServingCert {
-        let mut params = CertificateParams::new(vec![ip.to_string()]).expect("params");
+        self.serving_cert_for(&ip.to_string())
+    }
+
+    /// A serving certificate for `san`, a DNS name or an IP (`<svc>.<ns>.svc` for a server
+    /// reached through a Service).
+    pub fn serving_cert_for(&self, san: &str) -> ServingCert {
+        let mut params = CertificateParams::new(vec![san.to_string()]).expect("params");
         params.distinguished_name.push(DnType::CommonName, "e2e webhook");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let key = KeyPair::generate().expect("key");

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod component;
 pub mod containerd;
 pub mod dns;
+pub mod extension_server;
 pub mod fake_cluster;
 pub mod fake_kubelet;
 pub mod kubelet;
@@ -117,9 +118,21 @@ pub fn loopback_ip() -> Ipv4Addr {
     Ipv4Addr::new(127, a, b, c)
 }
 
-/// A free port on `ip`.
+/// Ports this process has already handed out, per address.
+static HANDED_OUT: std::sync::Mutex<Vec<(Ipv4Addr, u16)>> = std::sync::Mutex::new(Vec::new());
+
+/// A free port on `ip`, never one this process handed out before: the probe listener is
+/// closed before the caller binds, so the kernel may offer the same port to the next call
+/// (a member's client and peer ports once collided that way).
 pub fn free_port(ip: Ipv4Addr) -> u16 {
-    TcpListener::bind((ip, 0)).expect("bind loopback").local_addr().expect("addr").port()
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind((ip, 0)).expect("bind loopback").local_addr().expect("addr").port();
+        if !handed_out.contains(&(ip, port)) {
+            handed_out.push((ip, port));
+            return port;
+        }
+    }
 }
 
 /// TLS material for a server and its clients.

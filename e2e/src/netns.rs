@@ -725,3 +725,51 @@ impl NetCluster {
         }
     }
 }
+
+/// A 10.x address of this machine on an interface of its own, for a test server that needs
+/// an address other than loopback (Endpoints refuse 127.0.0.0/8) while its traffic stays on
+/// this machine (a local address is delivered through `lo`). The interface is one end of a
+/// veth pair (`e2ed<pid>x<seq>`, peer `e2ep...`; the kernel here has no `dummy` driver),
+/// deleted on drop; those of test processes that died are swept at the next creation.
+pub struct DummyAddress {
+    link: String,
+    pub ip: Ipv4Addr,
+}
+
+impl DummyAddress {
+    pub fn create() -> DummyAddress {
+        require_tools();
+        sweep_stale_dummies();
+        let pid = std::process::id();
+        let seq = NET_SEQ.fetch_add(1, Ordering::Relaxed);
+        let k = pid.wrapping_mul(64).wrapping_add(seq);
+        // 10.200-231.x.y: apart from [`Network`]'s 10.64-191 subnets.
+        let ip = Ipv4Addr::new(10, 200 + ((k >> 16) % 32) as u8, ((k >> 8) % 256) as u8, (k % 254) as u8 + 1);
+        let link = format!("e2ed{}x{seq}", pid % 1_000_000);
+        let peer = format!("e2ep{}x{seq}", pid % 1_000_000);
+        run("ip", &["link", "add", &link, "type", "veth", "peer", "name", &peer]);
+        let dummy = DummyAddress { link, ip };
+        run("ip", &["addr", "add", &format!("{ip}/32"), "dev", &dummy.link]);
+        run("ip", &["link", "set", &dummy.link, "up"]);
+        dummy
+    }
+}
+
+impl Drop for DummyAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.link]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Deletes the interfaces of earlier test processes that no longer run.
+fn sweep_stale_dummies() {
+    let Ok(entries) = std::fs::read_dir("/sys/class/net") else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((pid, _)) = name.strip_prefix("e2ed").and_then(|r| r.split_once('x')) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["link", "del", &name]).stderr(Stdio::null()).status();
+        }
+    }
+}

@@ -165,6 +165,9 @@ pub struct NodeCluster {
     /// The CA the kubelets trust for client certificates (the API server's own is signed
     /// by it, for logs, exec and port-forward).
     pub kubelet_client_ca: TestCa,
+    /// The front proxy's CA (kubeadm's `front-proxy-ca`): the API server presents a client
+    /// certificate it signed to extension API servers behind APIServices.
+    pub front_proxy_ca: TestCa,
     pub dir: tempfile::TempDir,
     /// Last: the namespaces go once every process in them is gone.
     pub net: Network,
@@ -191,8 +194,20 @@ impl NodeCluster {
             format!("--kubelet-client-key={}", client.key.display()),
             "--kubelet-preferred-address-types=InternalIP,Hostname".to_owned(),
         ];
+        let front_proxy_ca = TestCa::new("front-proxy-ca");
+        let proxy_client = front_proxy_ca.client_cert("front-proxy-client", None);
+        let front_proxy_args = [
+            format!("--requestheader-client-ca-file={}", front_proxy_ca.cert.display()),
+            "--requestheader-allowed-names=front-proxy-client".to_owned(),
+            "--requestheader-username-headers=X-Remote-User".to_owned(),
+            "--requestheader-group-headers=X-Remote-Group".to_owned(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+            format!("--proxy-client-cert-file={}", proxy_client.cert.display()),
+            format!("--proxy-client-key-file={}", proxy_client.key.display()),
+        ];
         let mut api_args: Vec<&str> = vec!["--service-cluster-ip-range", SERVICE_CIDR];
         api_args.extend(kubelet_args.iter().map(String::as_str));
+        api_args.extend(front_proxy_args.iter().map(String::as_str));
         let sa_args = if opts.service_accounts {
             let (key, public) = crate::certs::rsa_key(dir.path(), "sa");
             vec![
@@ -249,6 +264,7 @@ impl NodeCluster {
             api,
             etcd,
             kubelet_client_ca,
+            front_proxy_ca,
             dir,
             net,
         };

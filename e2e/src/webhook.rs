@@ -25,7 +25,7 @@ const MAX_BODY: usize = 4 << 20;
 pub type Handler = dyn Fn(&str, &Value) -> Value + Send + Sync;
 
 pub struct WebhookServer {
-    rt: Option<tokio::runtime::Runtime>,
+    rt: ServerRuntime,
     pub addr: SocketAddr,
     calls: Arc<AtomicUsize>,
 }
@@ -50,36 +50,17 @@ impl WebhookServer {
             .expect("serving certificate");
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let listener = rt.block_on(tokio::net::TcpListener::bind((ip, 0))).expect("bind webhook");
+        let (rt, listener) = ServerRuntime::bind(SocketAddr::new(IpAddr::V4(ip), 0));
         let addr = listener.local_addr().expect("addr");
         let calls = Arc::new(AtomicUsize::new(0));
         let handler: Arc<Handler> = Arc::new(handler);
         let counter = calls.clone();
-        rt.spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else { continue };
-                let acceptor = acceptor.clone();
-                let handler = handler.clone();
-                let calls = counter.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let service = hyper::service::service_fn(move |req| {
-                        let handler = handler.clone();
-                        let calls = calls.clone();
-                        async move { Ok::<_, Infallible>(serve(req, &*handler, &calls).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
+        spawn_https(&rt, listener, acceptor, move |req| {
+            let handler = handler.clone();
+            let calls = counter.clone();
+            async move { serve(req, &*handler, &calls).await }
         });
-        WebhookServer { rt: Some(rt), addr, calls }
+        WebhookServer { rt, addr, calls }
     }
 
     /// `https://<ip>:<port><path>`, for a webhook's `clientConfig.url`.
@@ -94,16 +75,68 @@ impl WebhookServer {
 
     /// Stops serving: the listener and all open connections close.
     pub fn stop(&mut self) {
-        if let Some(rt) = self.rt.take() {
+        self.rt.stop();
+    }
+}
+
+/// A test server's own tokio runtime: stopping (or dropping) it closes the listener and
+/// every open connection at once, as a crashed server would.
+pub(crate) struct ServerRuntime(Option<tokio::runtime::Runtime>);
+
+impl ServerRuntime {
+    /// A one-worker runtime, with a listener bound to `addr` on it.
+    pub(crate) fn bind(addr: SocketAddr) -> (ServerRuntime, tokio::net::TcpListener) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).expect("bind test server");
+        (ServerRuntime(Some(rt)), listener)
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if let Some(rt) = self.0.take() {
             rt.shutdown_background();
         }
     }
 }
 
-impl Drop for WebhookServer {
+impl Drop for ServerRuntime {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Accepts TLS connections on `listener` for ever (on `rt`), answering every HTTP/1.1
+/// request on them with `respond`.
+pub(crate) fn spawn_https<F, Fut>(
+    rt: &ServerRuntime,
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    respond: F,
+) where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let Some(rt) = rt.0.as_ref() else { return };
+    rt.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let acceptor = acceptor.clone();
+            let respond = respond.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service = hyper::service::service_fn(move |req| {
+                    let answer = respond(req);
+                    async move { Ok::<_, Infallible>(answer.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
 }
 
 async fn serve(

@@ -632,8 +632,18 @@ spec:
 fn api_services_for_built_in_and_crd_groups() {
     use serde_json::Value;
 
+    // The front proxy: the client certificate the API server presents to extension
+    // servers, which trust its CA.
+    let front_proxy = e2e::certs::TestCa::new("front-proxy-ca");
+    let proxy_client = front_proxy.client_cert("front-proxy-client", None);
     let etcd = Etcd::start(EtcdOptions::default());
-    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let api = KubeApiserver::start(
+        &etcd.endpoint(),
+        &[
+            &format!("--proxy-client-cert-file={}", proxy_client.cert.display()),
+            &format!("--proxy-client-key-file={}", proxy_client.key.display()),
+        ],
+    );
     let wait = Duration::from_secs(30);
     let poll = Duration::from_millis(200);
     let get = |name: &str| -> Option<Value> {
@@ -688,9 +698,16 @@ fn api_services_for_built_in_and_crd_groups() {
     wait_for("the CRD's APIService back", wait, poll, || get("v1.stable.example.com"));
     assert!(get("v1.apps").is_none(), "v1.apps was put back");
 
-    // Service-backed: checked step by step, then unavailable with the proxy missing.
-    let remote = "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1alpha1.wardle.example.com}\nspec: {group: wardle.example.com, version: v1alpha1, groupPriorityMinimum: 2000, versionPriority: 200, insecureSkipTLSVerify: true, service: {namespace: default, name: wardle}}\n";
-    let out = api.kubectl_stdin(&["create", "-f", "-"], remote);
+    // Service-backed: checked step by step, then served through the proxy.
+    let serving_ca = e2e::certs::TestCa::new("wardle-ca");
+    let bundle = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(serving_ca.pem())
+    };
+    let remote = format!(
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {{name: v1alpha1.wardle.example.com}}\nspec: {{group: wardle.example.com, version: v1alpha1, groupPriorityMinimum: 2000, versionPriority: 200, caBundle: {bundle}, service: {{namespace: default, name: wardle}}}}\n"
+    );
+    let out = api.kubectl_stdin(&["create", "-f", "-"], &remote);
     assert!(out.status.success(), "{}", stderr(&out));
     let reason_is = |reason: &str| {
         wait_for(&format!("condition {reason}"), wait, poll, || {
@@ -716,16 +733,97 @@ fn api_services_for_built_in_and_crd_groups() {
         ]),
         "{row}"
     );
+    // Unavailable: its paths answer 503, as upstream.
+    let err =
+        api.kubectl_err(&["get", "--raw", "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"]);
+    assert!(err.contains("ServiceUnavailable") && err.contains("service unavailable"), "{err}");
     let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: wardle, namespace: default}\nspec: {ports: [{port: 443, targetPort: 8443}]}\n";
     let out = api.kubectl_stdin(&["create", "-f", "-"], svc);
     assert!(out.status.success(), "{}", stderr(&out));
     let c = reason_is("EndpointsNotFound");
     assert_eq!(c["message"], "cannot find endpoints for service/wardle in \"default\"");
-    let eps = "apiVersion: v1\nkind: Endpoints\nmetadata: {name: wardle, namespace: default}\nsubsets: [{addresses: [{ip: 10.9.9.9}], ports: [{port: 8443}]}]\n";
-    let out = api.kubectl_stdin(&["create", "-f", "-"], eps);
+    // The extension server's address: not loopback (Endpoints refuse it), still this machine.
+    let dummy = e2e::netns::DummyAddress::create();
+    let port = e2e::free_port(dummy.ip);
+    let eps = format!(
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {{name: wardle, namespace: default}}\nsubsets: [{{addresses: [{{ip: {}}}], ports: [{{port: {port}}}]}}]\n",
+        dummy.ip
+    );
+    let out = api.kubectl_stdin(&["create", "-f", "-"], &eps);
     assert!(out.status.success(), "{}", stderr(&out));
-    let c = reason_is("ProxyNotImplemented");
-    assert_eq!(c["status"], "False");
+    let c = reason_is("FailedDiscoveryCheck");
+    let url = format!("https://{}:{port}/apis/wardle.example.com/v1alpha1", dummy.ip);
+    let message = c["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("failing or missing response from {url}: "))
+            && message.contains("connection refused"),
+        "{message}"
+    );
+    let mut server = e2e::extension_server::ExtensionServer::start(
+        std::net::SocketAddr::new(dummy.ip.into(), port),
+        &serving_ca,
+        "wardle.default.svc",
+        &front_proxy.cert,
+        |req| match req.path.as_str() {
+            "/apis/wardle.example.com/v1alpha1" => (
+                hyper::StatusCode::OK,
+                serde_json::json!({
+                    "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "wardle.example.com/v1alpha1",
+                    "resources": [
+                        {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
+                         "verbs": ["create", "get", "list"], "shortNames": ["fl"]},
+                        {"name": "flunders/status", "singularName": "", "namespaced": true, "kind": "Flunder",
+                         "verbs": ["get", "update"]},
+                    ],
+                }),
+            ),
+            "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders" => (
+                hyper::StatusCode::OK,
+                serde_json::json!({
+                    "kind": "FlunderList", "apiVersion": "wardle.example.com/v1alpha1", "metadata": {},
+                    // Who the server was told asked.
+                    "items": [{"metadata": {"name": req.user.clone().unwrap_or_default(), "namespace": "default"}}],
+                }),
+            ),
+            _ => (hyper::StatusCode::NOT_FOUND, serde_json::json!({"kind": "Status", "code": 404})),
+        },
+    );
+    let c = reason_is("Passed");
+    assert_eq!((c["status"].as_str(), c["message"].as_str()), (Some("True"), Some("all checks passed")));
+    let list =
+        api.kubectl_ok(&["get", "--raw", "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"]);
+    let list: Value = serde_json::from_str(&list).expect("JSON");
+    assert_eq!(list["items"][0]["metadata"]["name"], "admin", "{list}");
+    let seen = server.seen();
+    let proxied = seen.iter().rfind(|r| r.path.ends_with("/flunders")).expect("the proxied request");
+    assert!(proxied.groups.iter().any(|g| g == "system:masters") && !proxied.authorization, "{proxied:?}");
+    let check =
+        seen.iter().find(|r| r.path == "/apis/wardle.example.com/v1alpha1").expect("the discovery check");
+    assert_eq!(
+        (check.user.as_deref(), check.groups.clone()),
+        (Some("system:kube-aggregator"), vec!["system:masters".to_string()])
+    );
+    // Discovery merges the group: the group list, the group, aggregated discovery (kubectl).
+    let group: Value =
+        serde_json::from_str(&api.kubectl_ok(&["get", "--raw", "/apis/wardle.example.com"])).expect("JSON");
+    assert_eq!(group["preferredVersion"]["groupVersion"], "wardle.example.com/v1alpha1", "{group}");
+    let groups = api.kubectl_ok(&["api-versions"]);
+    assert!(groups.lines().any(|l| l == "wardle.example.com/v1alpha1"), "{groups}");
+    let resources = api.kubectl_ok(&["api-resources", "--api-group=wardle.example.com", "--no-headers"]);
+    assert!(
+        resources.split_whitespace().eq(["flunders", "fl", "wardle.example.com/v1alpha1", "true", "Flunder"]),
+        "{resources}"
+    );
+    // The extension server gone: unavailable again, and its paths answer 503.
+    server.stop();
+    reason_is("FailedDiscoveryCheck");
+    let err =
+        api.kubectl_err(&["get", "--raw", "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders"]);
+    assert!(err.contains("ServiceUnavailable"), "{err}");
+    api.kubectl_ok(&["delete", "apiservice", "v1alpha1.wardle.example.com"]);
+    let err = api.kubectl_err(&["get", "--raw", "/apis/wardle.example.com"]);
+    assert!(err.contains("NotFound"), "{err}");
+    drop(dummy);
 
     // Upstream's validation.
     let bad = "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: wrong}\nspec: {group: foo.example.com, version: v1, groupPriorityMinimum: 0, versionPriority: 1001}\n";

@@ -250,3 +250,49 @@ fn kube_rs_streaming_list_gets_every_object_then_init_done() {
     let out = api.kubectl(&["get", "--raw", "/api/v1/configmaps?watch=1&sendInitialEvents=true"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("BadRequest"), "{out:?}");
 }
+
+/// An update without a resourceVersion is unconditional (upstream's GuaranteedUpdate): a
+/// controller's status writes landing between the server's read and its write must not
+/// turn it into a 409 (conformance: "ResourceQuota should be able to update and delete").
+#[test]
+fn unconditional_updates_survive_concurrent_status_writes() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+
+    let etcd = Etcd::start(EtcdOptions::default());
+    let api = KubeApiserver::start(&etcd.endpoint(), &[]);
+    let rt = e2e::runtime();
+    rt.block_on(async {
+        let client = client(&api).await;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client, "default");
+        let quota = |cpu: usize| -> ResourceQuota {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "q"},
+                "spec": {"hard": {"cpu": cpu.to_string()}},
+            }))
+            .expect("quota")
+        };
+        quotas.create(&PostParams::default(), &quota(1)).await.expect("create");
+        // A controller's stand-in: status writes as fast as they go.
+        let status_writer = {
+            let quotas = quotas.clone();
+            tokio::spawn(async move {
+                for i in 0..300 {
+                    let status = serde_json::json!({"status": {"used": {"cpu": format!("{i}m")}}});
+                    quotas
+                        .patch_status("q", &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .expect("status write");
+                }
+            })
+        };
+        let mut replaced = 0;
+        while !status_writer.is_finished() {
+            replaced += 1;
+            let got = quotas.replace("q", &PostParams::default(), &quota(replaced)).await;
+            let got = got.unwrap_or_else(|e| panic!("unconditional update {replaced}: {e}"));
+            assert_eq!(got.spec.unwrap().hard.unwrap()["cpu"].0, replaced.to_string());
+        }
+        status_writer.await.expect("status writer");
+        assert!(replaced > 1, "no update overlapped the status writes");
+    });
+}

@@ -37,13 +37,15 @@ const SUBSET: &[&str] = &[
     "[sig-api-machinery] FieldValidation should create/apply an invalid CR with extra properties for CRD with validation schema [Conformance]",
     "[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert a non homogeneous list of CRs [Conformance]",
     "[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert from CR v1 to CR v2 [Conformance]",
-    // api-machinery: APIServices (apiregistration.k8s.io) in discovery
+    // api-machinery: APIServices (apiregistration.k8s.io) in discovery, the aggregator's proxy
     "[sig-api-machinery] Discovery should locate the groupVersion and a resource within each APIGroup [Conformance]",
+    "[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server using the current Aggregator [Conformance]",
     // auth (the OIDC discovery spec needs cluster DNS: the full run covers it)
     "[sig-auth] SubjectReview should support SubjectReview API operations [Conformance]",
     "[sig-auth] ServiceAccounts should mount projected service account token [Conformance]",
     // apps
     "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",
+    "[sig-apps] Daemon set [Serial] should update pod when spec was updated and update strategy is RollingUpdate [Conformance]",
     "[sig-apps] ReplicaSet should serve a basic image on each replica with a public image  [Conformance]",
     "[sig-apps] Job should run a job to completion when tasks sometimes fail and are locally restarted [Conformance]",
     "[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] should list, patch and delete a collection of StatefulSets [Conformance]",

@@ -1,15 +1,22 @@
 //! Upstream's APIService availability controller: the `Available` condition of every
-//! APIService. A local one is always available. A service-backed one is checked as
-//! upstream checks it (the Service exists, listens on the port, has endpoints with an
-//! address for that port), in upstream's reasons and words; one that passes is still
-//! `False` with `ProxyNotImplemented`, because this server does not proxy to extension
-//! API servers yet (issue 21), where upstream would go on to a discovery check.
+//! APIService, in upstream's reasons and words. A local one is always available. A
+//! service-backed one is checked as upstream checks it: the Service exists and listens on
+//! the port, its endpoints have an address for that port, and the extension server
+//! answers `GET /apis/<group>/<version>` with 2xx within 5 s. What the pass finds is also
+//! the proxy's table ([`super::proxy::Aggregator`]): whether requests are sent on, and the
+//! discovery document aggregated discovery shows.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::errors::ApiResult;
 use crate::registry::Registry;
 use crate::registry::store::{Store, now_rfc3339};
+
+use super::proxy::{Aggregator, Backend};
 
 /// An `Available` condition's status, reason and message.
 #[derive(Debug, PartialEq)]
@@ -23,10 +30,14 @@ fn unavailable(reason: &'static str, message: String) -> Availability {
     Availability { status: "False", reason, message }
 }
 
-pub async fn sync(registry: &Registry, store: &Store) -> ApiResult<()> {
+pub async fn sync(registry: &Registry, store: &Store, aggregator: &Aggregator) -> ApiResult<()> {
     let list = store.list(&Default::default()).await?;
+    let mut backends = HashMap::new();
     for item in list["items"].as_array().into_iter().flatten() {
-        let want = check(registry, item).await?;
+        let (want, backend) = check(registry, aggregator, item).await?;
+        if let Some(b) = backend {
+            backends.insert((b.group.clone(), b.version.clone()), Arc::new(b));
+        }
         let current = condition(item);
         if current.is_some_and(|c| {
             c["status"] == want.status && c["reason"] == want.reason && c["message"] == want.message.as_str()
@@ -48,6 +59,7 @@ pub async fn sync(registry: &Registry, store: &Store) -> ApiResult<()> {
             Err(e) => return Err(e),
         }
     }
+    aggregator.set_backends(backends);
     Ok(())
 }
 
@@ -78,24 +90,53 @@ fn set_condition(obj: &mut Value, want: &Availability) {
     }
 }
 
-/// What the APIService's `Available` condition should say.
-pub async fn check(registry: &Registry, api_service: &Value) -> ApiResult<Availability> {
+/// What the APIService's `Available` condition should say, and for a service-backed one
+/// how it is reached.
+pub async fn check(
+    registry: &Registry,
+    aggregator: &Aggregator,
+    api_service: &Value,
+) -> ApiResult<(Availability, Option<Backend>)> {
     let spec = &api_service["spec"];
     let svc_ref = &spec["service"];
     if !svc_ref.is_object() {
-        return Ok(Availability {
+        let local = Availability {
             status: "True",
             reason: "Local",
             message: "Local APIServices are always available".into(),
-        });
+        };
+        return Ok((local, None));
     }
     let ns = svc_ref["namespace"].as_str().unwrap_or_default();
     let name = svc_ref["name"].as_str().unwrap_or_default();
     let port = svc_ref["port"].as_i64().unwrap_or(443);
+    let ca_bundle = spec["caBundle"]
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .unwrap_or_default();
+    let insecure = spec["insecureSkipTLSVerify"].as_bool().unwrap_or(false);
+    let tls = match aggregator.tls(&ca_bundle, insecure) {
+        Ok(t) => t,
+        Err(e) => return Ok((unavailable("FailedDiscoveryCheck", e), None)),
+    };
+    let mut backend = Backend {
+        api_service: api_service["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+        group: spec["group"].as_str().unwrap_or_default().to_string(),
+        version: spec["version"].as_str().unwrap_or_default().to_string(),
+        namespace: ns.to_string(),
+        service: name.to_string(),
+        port: u16::try_from(port).unwrap_or(443),
+        tls,
+        group_priority_minimum: spec["groupPriorityMinimum"].as_i64().unwrap_or(0),
+        version_priority: spec["versionPriority"].as_i64().unwrap_or(0),
+        available: false,
+        resources: None,
+    };
     let service = match registry.core("services").get(Some(ns), name, Some(0)).await {
         Ok(s) => s,
         Err(e) if e.is_not_found() => {
-            return Ok(unavailable("ServiceNotFound", format!("service/{name} in {ns:?} is not present")));
+            let why = unavailable("ServiceNotFound", format!("service/{name} in {ns:?} is not present"));
+            return Ok((why, Some(backend)));
         }
         Err(e) => return Err(e),
     };
@@ -107,19 +148,21 @@ pub async fn check(registry: &Registry, api_service: &Value) -> ApiResult<Availa
             .flatten()
             .find(|p| p["port"].as_i64() == Some(port))
         else {
-            return Ok(unavailable(
+            let why = unavailable(
                 "ServicePortError",
                 format!("service/{name} in {ns:?} is not listening on port {port}"),
-            ));
+            );
+            return Ok((why, Some(backend)));
         };
         let port_name = service_port["name"].as_str().unwrap_or_default();
         let endpoints = match registry.core("endpoints").get(Some(ns), name, Some(0)).await {
             Ok(e) => e,
             Err(e) if e.is_not_found() => {
-                return Ok(unavailable(
+                let why = unavailable(
                     "EndpointsNotFound",
                     format!("cannot find endpoints for service/{name} in {ns:?}"),
-                ));
+                );
+                return Ok((why, Some(backend)));
             }
             Err(e) => return Err(e),
         };
@@ -132,21 +175,23 @@ pub async fn check(registry: &Registry, api_service: &Value) -> ApiResult<Availa
                     .any(|p| p["name"].as_str().unwrap_or_default() == port_name)
         });
         if !ready {
-            return Ok(unavailable(
+            let why = unavailable(
                 "MissingEndpoints",
                 format!(
                     "endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"
                 ),
-            ));
+            );
+            return Ok((why, Some(backend)));
         }
     }
-    let gv = format!(
-        "{}/{}",
-        spec["group"].as_str().unwrap_or_default(),
-        spec["version"].as_str().unwrap_or_default()
-    );
-    Ok(unavailable(
-        "ProxyNotImplemented",
-        format!("this kube-apiserver does not proxy to extension API servers yet; {gv} is not served"),
-    ))
+    match aggregator.discover(&backend).await {
+        Ok(doc) => {
+            backend.available = true;
+            backend.resources = Some(doc);
+            let passed =
+                Availability { status: "True", reason: "Passed", message: "all checks passed".into() };
+            Ok((passed, Some(backend)))
+        }
+        Err(message) => Ok((unavailable("FailedDiscoveryCheck", message), Some(backend))),
+    }
 }

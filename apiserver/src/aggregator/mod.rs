@@ -1,19 +1,19 @@
-//! The aggregation layer's controllers (upstream's kube-aggregator, which upstream runs in
-//! front of the built-in server in the same process):
+//! The aggregation layer (upstream's kube-aggregator, which upstream runs in front of the
+//! built-in server in the same process):
 //!
 //! - [`autoregister`]: an APIService for every group version this server serves, built-in
 //!   (`kube-aggregator.kubernetes.io/automanaged: onstart`, written once at start) and
 //!   from CustomResourceDefinitions (`automanaged: true`, kept in step with the CRDs).
-//! - [`available`]: each APIService's `Available` condition.
+//! - [`available`]: each APIService's `Available` condition, and the proxy's table.
+//! - [`proxy`]: requests for a service-backed group version sent on to its extension API
+//!   server; [`crate::discovery`] merges those servers' groups into its documents.
 //!
-//! Not here yet (issue 21): proxying requests for a service-backed APIService to its
-//! extension API server, and merging that server's discovery and OpenAPI documents. Such
-//! an APIService is stored and checked (Service, port, endpoints) but reported
-//! `Available=False` with the reason `ProxyNotImplemented`, so that no client believes its
-//! group is served.
+//! Not here (issue 21): OpenAPI aggregation (the extension servers' `/openapi/v2` and
+//! `/openapi/v3` are not merged into ours).
 
 pub mod autoregister;
 pub mod available;
+pub mod proxy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub fn api_services(registry: &Registry) -> Arc<Store> {
 }
 
 /// Runs the controllers for ever.
-pub async fn run(registry: Arc<Registry>) {
+pub async fn run(registry: Arc<Registry>, aggregator: Arc<proxy::Aggregator>) {
     let store = api_services(&registry);
     if store.watch_cache && !store.cacher.wait_ready(Duration::from_secs(120)).await {
         tracing::warn!("the APIService watch cache did not list in 120s");
@@ -54,7 +54,7 @@ pub async fn run(registry: Arc<Registry>) {
             if let Err(e) = autoregister.sync(&registry, &store).await {
                 tracing::warn!("registering APIServices: {}", e.message);
             }
-            if let Err(e) = available::sync(&registry, &store).await {
+            if let Err(e) = available::sync(&registry, &store, &aggregator).await {
                 tracing::warn!("checking APIServices' availability: {}", e.message);
             }
             let Some(ev) = events.as_mut() else {

@@ -67,6 +67,13 @@ pub struct Api {
     pub kubelet: Arc<crate::kubelet_client::KubeletClient>,
     /// Service account issuer discovery; None when it is not served.
     pub openid: Option<crate::authn::serviceaccount::openid::OpenIdMetadata>,
+    /// The extension API servers behind service-backed APIServices.
+    pub aggregator: Arc<crate::aggregator::proxy::Aggregator>,
+}
+
+/// The user the request was authenticated (and impersonated) as.
+fn current_user() -> crate::authn::User {
+    crate::context::current().map(|s| s.user.clone()).unwrap_or_default()
 }
 
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<BoxBody> {
@@ -263,7 +270,7 @@ fn filter_of(store: &Store, info: &RequestInfo, q: &Query) -> ApiResult<Filter> 
 /// Reads and drops what is left of a request body in the background, at most the request
 /// limit and for a few seconds. Answering without reading the body makes HTTP/2 reset the
 /// stream, and some clients (curl) then throw away the error response already sent.
-fn discard_body(body: Incoming) {
+pub(crate) fn discard_body(body: Incoming) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(Duration::from_secs(5), Limited::new(body, MAX_BODY).collect()).await;
     });
@@ -540,7 +547,14 @@ impl Api {
                 return Ok(resp);
             }
         }
-        crate::discovery::respond(&self.registry, &path, &accept).ok_or_else(|| ApiError::no_route(&path))
+        let remote = self.aggregator.backends();
+        if let ["apis", g, v, ..] = path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice()
+            && let Some(b) = remote.iter().find(|b| b.group == *g && b.version == *v)
+        {
+            return self.aggregator.proxy(b, &current_user(), req).await;
+        }
+        crate::discovery::respond(&self.registry, &remote, &path, &accept)
+            .ok_or_else(|| ApiError::no_route(&path))
     }
 
     async fn read_body(req: Request<Incoming>) -> ApiResult<(HeaderMap, Bytes)> {
@@ -572,6 +586,12 @@ impl Api {
         q: Query,
         req: Request<Incoming>,
     ) -> ApiResult<Response<BoxBody>> {
+        // A group version served by an extension API server (a service-backed APIService).
+        if !info.group.is_empty()
+            && let Some(backend) = self.aggregator.backend(&info.group, &info.version)
+        {
+            return self.aggregator.proxy(&backend, &current_user(), req).await;
+        }
         let req = match virtual_resources::serve(self, &info, &q, req).await {
             Ok(answered) => return answered,
             Err(req) => req,

@@ -1,7 +1,9 @@
 //! The schema-driven translation between a message's bytes and its JSON form.
 //!
 //! Decoding follows Go's gogo-protobuf output: non-pointer fields are written even when zero,
-//! so an empty string means "unset" and is dropped, while numeric zeros and `false` stay.
+//! so an empty string means "unset" and is dropped; a numeric zero or `false` is dropped where
+//! the Go field is a non-pointer tagged `omitempty` ([`super::omitempty`]: upstream's JSON
+//! never shows it), and kept elsewhere (a pointer's zero is meaningful).
 //! Unknown fields are skipped. Repeated scalars are accepted packed or not, and written
 //! unpacked (Kubernetes' `.proto` files are proto2).
 
@@ -27,6 +29,21 @@ pub fn decode(msg: &'static Message, buf: &[u8], depth: usize) -> Result<Option<
     decode_object(msg, buf, depth).map(|o| Some(Value::Object(o)))
 }
 
+/// `false` or a numeric zero.
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
+    }
+}
+
+/// Whether upstream's JSON leaves out field `tag` of `message` when it is zero.
+fn omits_zero(message: &str, tag: u32) -> bool {
+    let table = super::omitempty::OMIT_ZERO;
+    table.binary_search_by_key(&message, |(name, _)| name).is_ok_and(|i| table[i].1.contains(&tag))
+}
+
 fn decode_object(msg: &'static Message, buf: &[u8], depth: usize) -> Result<Object, Error> {
     let mut out = Object::new();
     let mut r = Reader::new(buf);
@@ -36,12 +53,13 @@ fn decode_object(msg: &'static Message, buf: &[u8], depth: usize) -> Result<Obje
             r.skip(wt)?;
             continue;
         };
-        decode_field(field, wt, &mut r, &mut out, depth).map_err(|e| e.at(field.json))?;
+        decode_field(msg, field, wt, &mut r, &mut out, depth).map_err(|e| e.at(field.json))?;
     }
     Ok(out)
 }
 
 fn decode_field(
+    msg: &Message,
     f: &Field,
     wt: WireType,
     r: &mut Reader<'_>,
@@ -64,8 +82,9 @@ fn decode_field(
         },
         (Card::One, kind) => {
             let v = scalar(kind, wt, r)?;
-            // An empty string or byte string is Go's zero value: unset.
-            if v.as_str() == Some("") {
+            // An empty string or byte string is Go's zero value: unset. So is the zero of a
+            // non-pointer `omitempty` number or bool.
+            if v.as_str() == Some("") || (is_zero(&v) && omits_zero(msg.name, f.tag)) {
                 out.remove(f.json);
             } else {
                 out.insert(f.json.into(), v);

@@ -29,11 +29,13 @@
 //! A worked example: `kubectl create namespace demo` sends
 //! `k8s\0` + Unknown{typeMeta{"v1", "Namespace"}, raw = Namespace{metadata{name "demo",
 //! generateName "", creationTimestamp{}, ...}, spec{}, status{phase ""}}}, which decodes to
-//! `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"demo","generation":0},
-//! "spec":{},"status":{}}`: empty strings are Go's "unset", an empty Time is Go's zero time
-//! (`null`), numbers and booleans are kept because a pointer's zero is meaningful.
+//! `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"demo"},"spec":{},"status":{}}`:
+//! empty strings are Go's "unset", an empty Time is Go's zero time (`null`), a zero number
+//! or `false` goes where the Go field is a non-pointer `omitempty` one (`generation`) and
+//! stays elsewhere, because a pointer's zero is meaningful ([`omitempty`]).
 
 mod message;
+mod omitempty;
 pub mod schema;
 pub(crate) mod wire;
 pub(crate) mod wkt;

@@ -66,8 +66,6 @@ fn deployment() -> Value {
             "replicas": 3,
             "selector": {"matchLabels": {"app": "web"}},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
-            "minReadySeconds": 0,
-            "paused": false,
             "template": {
                 "metadata": {"labels": {"app": "web"}},
                 "spec": {
@@ -98,7 +96,7 @@ fn deployment() -> Value {
                     "terminationGracePeriodSeconds": 30,
                     "nodeSelector": {"kubernetes.io/os": "linux"},
                     "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60}],
-                    "hostIPC": false
+                    "shareProcessNamespace": false
                 }
             }
         },
@@ -242,6 +240,47 @@ fn secret_data_is_base64_bytes() {
 }
 
 #[test]
+fn zeros_go_where_upstream_omits_them_and_stay_where_a_pointer_holds_them() {
+    // What a Go client writes for a container and a pod spec: every non-pointer scalar.
+    let pod = core::Pod {
+        metadata: Some(meta::ObjectMeta { name: Some("p".into()), ..Default::default() }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some("c".into()),
+                stdin: Some(false),
+                tty: Some(false),
+                ports: vec![core::ContainerPort {
+                    container_port: Some(80),
+                    host_port: Some(0),
+                    ..Default::default()
+                }],
+                security_context: Some(core::SecurityContext {
+                    run_as_non_root: Some(false),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            host_network: Some(false),
+            termination_grace_period_seconds: Some(0),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let body = envelope("v1", "Pod", pod.encode_to_vec());
+    assert_eq!(
+        decode(&body).unwrap()["spec"],
+        json!({
+            "containers": [{
+                "name": "c",
+                "ports": [{"containerPort": 80}],
+                "securityContext": {"runAsNonRoot": false},
+            }],
+            "terminationGracePeriodSeconds": 0,
+        })
+    );
+}
+
+#[test]
 fn raw_extension_round_trips_in_a_controller_revision() {
     let cr = json!({
         "apiVersion": "apps/v1", "kind": "ControllerRevision",
@@ -369,8 +408,9 @@ fn decodes_bytes_built_with_prost() {
         decode(&body).unwrap(),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            // Empty strings are Go's unset; numeric zeros stay; Go's zero time is null.
-            "metadata": {"name": "cm1", "namespace": "demo", "generation": 0, "labels": {"a": ""}},
+            // Empty strings are Go's unset, so is the zero of a non-pointer `omitempty`
+            // number (generation); Go's zero time is null.
+            "metadata": {"name": "cm1", "namespace": "demo", "labels": {"a": ""}},
             "data": {"a": "b"},
             "binaryData": {"bin": "3q0="},
         })
@@ -405,7 +445,8 @@ fn decodes_bytes_built_with_prost() {
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "svc1"},
             "spec": {
-                "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080, "nodePort": 0}],
+                // nodePort 0: a non-pointer `omitempty` int32, gone as upstream's JSON has it.
+                "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}],
                 "selector": {"app": "svc1"},
                 "type": "ClusterIP",
             },
@@ -642,35 +683,25 @@ fn hex(s: &str) -> Vec<u8> {
 #[test]
 fn decodes_what_kubectl_sends() {
     // Go writes every non-pointer field: "" is dropped as unset, an empty Time is Go's zero
-    // time (null), numbers and booleans stay (a pointer's zero, like replicas: 0, matters).
-    let zeros = json!({"generation": 0, "labels": {"app": "web2"}});
+    // time (null), a zero number or false of a non-pointer `omitempty` field is dropped (it
+    // is not in upstream's JSON either), others stay (a pointer's zero, like replicas: 0,
+    // matters): what upstream serves for this object.
     assert_eq!(
         decode(&hex(KUBECTL_DEPLOYMENT)).unwrap(),
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": "web2", "namespace": "demo", "generation": 0, "labels": {"app": "web2"}},
+            "metadata": {"name": "web2", "namespace": "demo", "labels": {"app": "web2"}},
             "spec": {
                 "replicas": 3,
                 "selector": {"matchLabels": {"app": "web2"}},
                 "template": {
-                    "metadata": zeros,
-                    "spec": {
-                        "containers": [{
-                            "name": "nginx", "image": "nginx", "resources": {},
-                            "stdin": false, "stdinOnce": false, "tty": false,
-                        }],
-                        "hostIPC": false, "hostNetwork": false, "hostPID": false,
-                    },
+                    "metadata": {"labels": {"app": "web2"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "nginx", "resources": {}}]},
                 },
                 "strategy": {},
-                "minReadySeconds": 0,
-                "paused": false,
             },
-            "status": {
-                "observedGeneration": 0, "replicas": 0, "updatedReplicas": 0,
-                "availableReplicas": 0, "unavailableReplicas": 0, "readyReplicas": 0,
-            },
+            "status": {},
         })
     );
     // Our encoding of that object reads back the same way.

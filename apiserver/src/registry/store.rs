@@ -622,33 +622,43 @@ impl Store {
             ));
         }
         let wanted_rv = meta(&obj)["resourceVersion"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
-        let (old, rev) = match self.get_fresh(ns, name).await {
-            Ok(found) => found,
-            Err(e) if e.is_not_found() && self.res.hooks.create_on_update() && subresource.is_none() => {
-                let mut obj = obj;
-                meta_mut(&mut obj).insert("name".into(), json!(name));
-                if let Some(record) = record {
-                    record(None, &mut obj);
+        // Without a resourceVersion the update is unconditional: a write that lands between
+        // the read and ours (a controller's status update) is no conflict for the client,
+        // so it is tried again on the fresh object, as upstream's GuaranteedUpdate does.
+        let mut attempts = if wanted_rv.is_some() { 1 } else { UPDATE_RETRIES };
+        loop {
+            attempts -= 1;
+            let (old, rev) = match self.get_fresh(ns, name).await {
+                Ok(found) => found,
+                Err(e) if e.is_not_found() && self.res.hooks.create_on_update() && subresource.is_none() => {
+                    let mut obj = obj.clone();
+                    meta_mut(&mut obj).insert("name".into(), json!(name));
+                    if let Some(record) = record {
+                        record(None, &mut obj);
+                    }
+                    return Ok((self.create(ns, obj, dry_run).await?, true));
                 }
-                return Ok((self.create(ns, obj, dry_run).await?, true));
+                Err(e) => return Err(e),
+            };
+            if let Some(w) = &wanted_rv
+                && w.parse::<i64>().ok() != Some(rev)
+            {
+                return Err(ApiError::stale(self.info().plural, self.info().group, name));
             }
-            Err(e) => return Err(e),
-        };
-        if let Some(w) = &wanted_rv
-            && w.parse::<i64>().ok() != Some(rev)
-        {
-            return Err(ApiError::stale(self.info().plural, self.info().group, name));
+            let mut candidate = obj.clone();
+            if let Some(record) = record {
+                record(Some(&old), &mut candidate);
+            }
+            let new = self.prepare_update(candidate, &old, subresource)?;
+            let new = self.admit(Operation::Update, subresource, new, Some(&old), dry_run).await?;
+            if dry_run {
+                return Ok((with_rv(new, rev), false));
+            }
+            match self.write_update(ns, name, new, rev).await {
+                Err(e) if e.is_conflict() && attempts > 0 => continue,
+                written => return Ok((written?, false)),
+            }
         }
-        let mut obj = obj;
-        if let Some(record) = record {
-            record(Some(&old), &mut obj);
-        }
-        let new = self.prepare_update(obj, &old, subresource)?;
-        let new = self.admit(Operation::Update, subresource, new, Some(&old), dry_run).await?;
-        if dry_run {
-            return Ok((with_rv(new, rev), false));
-        }
-        Ok((self.write_update(ns, name, new, rev).await?, false))
     }
 
     /// Passes a create or update of the current request through admission (see

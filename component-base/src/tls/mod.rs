@@ -204,6 +204,16 @@ pub fn client_config(
         Some(path) => load_root_store(path)?,
         None => load_system_roots()?,
     };
+    client_config_trusting(roots, cert_and_key, alpn)
+}
+
+/// A client configuration trusting `roots` (read by the caller, e.g. from a PEM bundle
+/// carried in an API object), presenting `cert_and_key` when the server asks.
+pub fn client_config_trusting(
+    roots: RootCertStore,
+    cert_and_key: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, Error> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(Error::Protocol)?

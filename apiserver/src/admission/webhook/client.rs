@@ -29,21 +29,7 @@ const MAX_ERROR_TEXT: usize = 2048;
 
 /// TLS trusting `ca_bundle` (PEM), or the system roots when it is empty.
 pub fn tls_config(ca_bundle: &[u8]) -> Result<Arc<ClientConfig>, String> {
-    let roots = if ca_bundle.is_empty() {
-        system_roots()?
-    } else {
-        let certs = CertificateDer::pem_slice_iter(ca_bundle)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("unable to load root certificates: {e}"))?;
-        if certs.is_empty() {
-            return Err("unable to load root certificates: unable to parse bytes as PEM block".into());
-        }
-        let mut roots = RootCertStore::empty();
-        for c in certs {
-            roots.add(c).map_err(|e| format!("unable to load root certificates: {e}"))?;
-        }
-        roots
-    };
+    let roots = roots(ca_bundle)?;
     let mut cfg = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -51,6 +37,25 @@ pub fn tls_config(ca_bundle: &[u8]) -> Result<Arc<ClientConfig>, String> {
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
+}
+
+/// The certificates of `ca_bundle` (PEM) as trust anchors, or the system roots when it is
+/// empty; the error in upstream's words.
+pub fn roots(ca_bundle: &[u8]) -> Result<RootCertStore, String> {
+    if ca_bundle.is_empty() {
+        return system_roots();
+    }
+    let certs = CertificateDer::pem_slice_iter(ca_bundle)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("unable to load root certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("unable to load root certificates: unable to parse bytes as PEM block".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for c in certs {
+        roots.add(c).map_err(|e| format!("unable to load root certificates: {e}"))?;
+    }
+    Ok(roots)
 }
 
 /// The system CA bundle, read once.
