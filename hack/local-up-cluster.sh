@@ -333,8 +333,21 @@ client_cert apiserver-kubelet-client kubelet-client-ca "/O=system:masters/CN=kub
 # The front proxy (kubeadm's front-proxy-ca and front-proxy-client): the API server presents
 # this client certificate to extension API servers behind APIServices, which trust the CA
 # and the X-Remote-* headers through the extension-apiserver-authentication ConfigMap.
-FRONT_PROXY_CA="$LOCAL_UP_DIR/certs/front-proxy-ca.crt"
-client_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client"
+# Left out when KUBE_APISERVER_EXTRA_ARGS configures the request-header authenticator itself
+# (our flags, like clap's, may be given once).
+FRONT_PROXY_ARGS=()
+if [[ " ${KUBE_APISERVER_EXTRA[*]} " != *" --requestheader-client-ca-file"* ]]; then
+  client_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client"
+  FRONT_PROXY_ARGS=(
+    --requestheader-client-ca-file="$LOCAL_UP_DIR/certs/front-proxy-ca.crt"
+    --requestheader-allowed-names=front-proxy-client
+    --requestheader-username-headers=X-Remote-User
+    --requestheader-group-headers=X-Remote-Group
+    --requestheader-extra-headers-prefix=X-Remote-Extra-
+    --proxy-client-cert-file="$LOCAL_UP_DIR/certs/front-proxy-client.crt"
+    --proxy-client-key-file="$LOCAL_UP_DIR/certs/front-proxy-client.key"
+  )
+fi
 [[ -n "$API_LO_ADDRESS" ]] && ip addr replace "$API_LO_ADDRESS/32" dev lo
 "$KUBE_APISERVER_BIN" \
   --etcd-servers="$ETCD_CLIENT_URLS" \
@@ -352,13 +365,7 @@ client_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client"
   --kubelet-client-certificate="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.crt" \
   --kubelet-client-key="$LOCAL_UP_DIR/certs/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
-  --requestheader-client-ca-file="$FRONT_PROXY_CA" \
-  --requestheader-allowed-names=front-proxy-client \
-  --requestheader-username-headers=X-Remote-User \
-  --requestheader-group-headers=X-Remote-Group \
-  --requestheader-extra-headers-prefix=X-Remote-Extra- \
-  --proxy-client-cert-file="$LOCAL_UP_DIR/certs/front-proxy-client.crt" \
-  --proxy-client-key-file="$LOCAL_UP_DIR/certs/front-proxy-client.key" \
+  "${FRONT_PROXY_ARGS[@]}" \
   "${KUBE_APISERVER_EXTRA[@]}" \
   >"$LOCAL_UP_DIR/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
